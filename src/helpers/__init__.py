@@ -1,0 +1,33 @@
+"""Helpers for the Training Performance Analysis course.
+
+One module per chapter (``helpers.roofline`` for chapter 1, ...) plus shared pieces:
+``helpers.hardware`` (the one table of device peaks, and measuring the current device),
+``helpers.bench`` (honest timing), ``helpers.checks`` (friendly exercise checks) and
+``helpers.env`` (the notebook setup cell).
+
+Submodules load on first use, so ``import helpers`` stays cheap and needs only the
+learner dependencies: torch, numpy, matplotlib and ipywidgets.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_SUBMODULES = ("bench", "checks", "env", "hardware", "roofline")
+
+__all__ = ["setup", "__version__", *_SUBMODULES]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name == "setup":
+        return importlib.import_module(f"{__name__}.env").setup
+    raise AttributeError(f"module 'helpers' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,252 @@
+"""The course's one table of hardware figures, GPU detection, and measuring this device.
+
+Every peak here is a DENSE figure in decimal units (1 TFLOP/s = 1e12 FLOP/s,
+1 TB/s = 1e12 B/s). NVIDIA datasheets print tensor-core figures "with sparsity" (2:4
+structured sparsity, marked with an asterisk); training GEMMs are dense, so where a
+datasheet gives only the sparse figure the table holds half of it, and says so in ``note``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .bench import Measurement, measure, resolve_device
+
+TERA = 1e12
+GIGA = 1e9
+
+#: Canonical dtype keys used throughout the course.
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "tf32": torch.float32,  # stored as fp32; only the tensor-core math is reduced
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp8": torch.float8_e4m3fn,
+}
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Datasheet figures for one accelerator."""
+
+    name: str
+    peak_flops: Mapping[str, float]  # dense FLOP/s per dtype key
+    memory_bandwidth: float  # B/s
+    memory_gb: float
+    source: str
+    note: str = ""
+    aliases: tuple[str, ...] = ()
+
+    def peak(self, dtype: str | torch.dtype) -> float:
+        """Dense peak FLOP/s for ``dtype`` (``"bf16"``, ``torch.bfloat16``, ...)."""
+        key = dtype_key(dtype)
+        if key not in self.peak_flops:
+            have = ", ".join(self.peak_flops)
+            raise KeyError(
+                f"{self.name} has no {key} peak in its datasheet (it lists: {have}); "
+                "pick one of those dtypes."
+            )
+        return self.peak_flops[key]
+
+    def ridge_point(self, dtype: str | torch.dtype) -> float:
+        """Arithmetic intensity (FLOP/B) where this device's two roofs meet."""
+        return self.peak(dtype) / self.memory_bandwidth
+
+
+def _spec(name, fp32, bw_tb_s, mem_gb, source, *, tf32=None, fp16=None, bf16=None, fp8=None,
+          note="", aliases=()) -> DeviceSpec:
+    peaks = {"fp32": fp32 * TERA}
+    for key, value in (("tf32", tf32), ("fp16", fp16), ("bf16", bf16), ("fp8", fp8)):
+        if value is not None:
+            peaks[key] = value * TERA
+    return DeviceSpec(name, peaks, bw_tb_s * TERA, mem_gb, source, note, tuple(aliases))
+
+
+_SPARSE_NOTE = "Datasheet tensor figures are with sparsity (*); dense = half, as stored here."
+
+#: The table. Figures in TFLOP/s and TB/s as printed (dense), converted to SI units.
+DEVICES: dict[str, DeviceSpec] = {s.name: s for s in [
+    _spec("T4", 8.1, 0.320, 16, "NVIDIA T4 Tensor Core GPU datasheet (2019)",
+          fp16=65, note="Turing: FP16 tensor cores only; no TF32, BF16 or FP8.",
+          aliases=("Tesla T4",)),
+    _spec("V100 SXM2", 15.7, 0.900, 32, "NVIDIA Tesla V100 GPU datasheet (2020), SXM2 column",
+          fp16=125, note="Volta: FP16 tensor cores only.", aliases=("V100", "V100-SXM2")),
+    _spec("V100 PCIe", 14.0, 0.900, 32, "NVIDIA Tesla V100 GPU datasheet (2020), PCIe column",
+          fp16=112, note="Volta: FP16 tensor cores only.", aliases=("V100-PCIE",)),
+    _spec("A10G", 31.52, 0.600, 24,
+          "No public NVIDIA datasheet for this AWS-only part; AWS EC2 G5 figures as "
+          "compared in Baseten, 'NVIDIA A10 vs A10G for ML model inference' (2023)",
+          fp16=70, bf16=70, note="TF32 peak not published for the A10G."),
+    _spec("L4", 30.3, 0.300, 24, "NVIDIA L4 Tensor Core GPU datasheet (2023)",
+          tf32=60, fp16=121, bf16=121, fp8=242.5, note=_SPARSE_NOTE),
+    _spec("A100 40GB SXM", 19.5, 1.555, 40,
+          "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 40GB SXM column",
+          tf32=156, fp16=312, bf16=312, note="Ampere: no FP8.",
+          aliases=("A100", "A100 40GB", "A100-SXM4-40GB")),
+    _spec("A100 80GB SXM", 19.5, 2.039, 80,
+          "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB SXM column",
+          tf32=156, fp16=312, bf16=312, note="Ampere: no FP8.",
+          aliases=("A100 80GB", "A100-SXM4-80GB")),
+    _spec("A100 80GB PCIe", 19.5, 1.935, 80,
+          "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB PCIe column",
+          tf32=156, fp16=312, bf16=312, note="Ampere: no FP8.", aliases=("A100-PCIE-80GB",)),
+    _spec("H100 SXM", 67, 3.35, 80, "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 SXM column",
+          tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE,
+          aliases=("H100", "H100 80GB HBM3", "H100-SXM5-80GB")),
+    _spec("H100 PCIe", 51, 2.0, 80, "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 PCIe column",
+          tf32=378, fp16=756.5, bf16=756.5, fp8=1513, note=_SPARSE_NOTE),
+    _spec("H200", 67, 4.8, 141, "NVIDIA H200 Tensor Core GPU datasheet (2024), H200 SXM column",
+          tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE,
+          aliases=("H200 SXM", "NVIDIA H200")),
+]}
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower().replace("nvidia", "").replace("tesla", ""))
+
+
+def list_devices() -> list[str]:
+    """Names of the devices in the table."""
+    return list(DEVICES)
+
+
+def get_device(name: str) -> DeviceSpec:
+    """Look a device up by name or alias, ignoring case, spaces and dashes."""
+    wanted = _normalise(name)
+    for spec in DEVICES.values():
+        if wanted in {_normalise(n) for n in (spec.name, *spec.aliases)}:
+            return spec
+    raise KeyError(f"No device named {name!r} in the table; known: {', '.join(DEVICES)}.")
+
+
+def match_gpu_name(cuda_name: str, total_memory_bytes: float | None = None) -> DeviceSpec | None:
+    """Map a CUDA device name (``torch.cuda.get_device_name()``) to a table entry, or None."""
+    n = cuda_name.upper()
+    big = "80GB" in n or (total_memory_bytes is not None and total_memory_bytes > 50e9)
+    if "H200" in n:
+        return DEVICES["H200"]
+    if "H100" in n:
+        return DEVICES["H100 PCIe" if "PCIE" in n else "H100 SXM"]
+    if "A100" in n:
+        if big:
+            return DEVICES["A100 80GB PCIe" if "PCIE" in n else "A100 80GB SXM"]
+        return DEVICES["A100 40GB SXM"]
+    if "A10G" in n:
+        return DEVICES["A10G"]
+    if re.search(r"\bL4\b", n):
+        return DEVICES["L4"]
+    if re.search(r"\bT4\b", n):
+        return DEVICES["T4"]
+    if "V100" in n:
+        return DEVICES["V100 PCIe" if "PCIE" in n else "V100 SXM2"]
+    return None
+
+
+def detect_gpu() -> DeviceSpec | None:
+    """The table entry of the current CUDA GPU; None on CPU or for a GPU not in the table."""
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    return match_gpu_name(props.name, props.total_memory)
+
+
+def dtype_key(dtype: str | torch.dtype) -> str:
+    """``torch.bfloat16`` or ``"bfloat16"`` or ``"bf16"`` -> ``"bf16"``."""
+    if isinstance(dtype, torch.dtype):
+        for key, value in DTYPES.items():
+            if value == dtype and key != "tf32":
+                return key
+        if dtype == torch.float8_e5m2:
+            return "fp8"
+        raise KeyError(f"No peak-table key for {dtype}; use one of {', '.join(DTYPES)}.")
+    aliases = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16",
+               "bfloat16": "bf16", "float8": "fp8", "e4m3": "fp8", "e5m2": "fp8"}
+    key = aliases.get(dtype.lower(), dtype.lower())
+    if key not in DTYPES:
+        raise KeyError(f"Unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}.")
+    return key
+
+
+def bytes_per_element(dtype: str | torch.dtype) -> int:
+    """Storage bytes of one element: fp32/tf32 4, fp16/bf16 2, fp8 1."""
+    return {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}[dtype_key(dtype)]
+
+
+@dataclass
+class MeasuredDevice:
+    """Achieved figures on the current device: its empirical roofline."""
+
+    device: str
+    name: str
+    gemm_n: int
+    gemm_flops: dict[str, float] = field(default_factory=dict)  # achieved FLOP/s per dtype
+    gemm_runs: dict[str, Measurement] = field(default_factory=dict)
+    copy_bytes: int = 0
+    copy_bandwidth: float = 0.0  # achieved B/s (read + write)
+    copy_run: Measurement | None = None
+
+    def summary(self) -> str:
+        lines = [f"Measured on {self.name} ({self.device}), median of timed runs after warm-up:"]
+        for key, flops in self.gemm_flops.items():
+            run = self.gemm_runs[key]
+            lines.append(f"  GEMM {self.gemm_n}^3 {key:>4}: {flops / TERA:8.3f} TFLOP/s "
+                         f"(median {run.median * 1e3:.2f} ms, spread {run.spread:.0%})")
+        lines.append(f"  copy {self.copy_bytes / 2**21:.0f} MiB buffer: "
+                     f"{self.copy_bandwidth / GIGA:8.1f} GB/s (read + write)")
+        return "\n".join(lines)
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def measure_device(
+    device: str | torch.device = "auto",
+    dtypes: Sequence[str] | None = None,
+    gemm_n: int | None = None,
+    copy_mib: int | None = None,
+    quick: bool = True,
+) -> MeasuredDevice:
+    """Measure achieved GEMM FLOP/s per dtype and copy bandwidth on ``device``.
+
+    GEMM: ``gemm_n``-cubed matmul, 2·n³ FLOPs per call. Copy: ``dst.copy_(src)`` of
+    ``copy_mib`` MiB, counted as read + write (2 × size bytes). Times are medians after
+    warm-up, synchronised (CUDA events on a GPU). These are achieved figures, not peaks.
+    """
+    dev = resolve_device(device)
+    if dtypes is None:
+        dtypes = ["fp32", "bf16"] if dev.type == "cpu" else ["fp32", "tf32", "bf16"]
+    if gemm_n is None:
+        gemm_n = (512 if quick else 1024) if dev.type == "cpu" else (4096 if quick else 8192)
+    if copy_mib is None:
+        copy_mib = (32 if quick else 256) if dev.type == "cpu" else (512 if quick else 2048)
+    iters = 5 if quick else 20
+    result = MeasuredDevice(str(dev), _device_name(dev), gemm_n)
+    for key in dtypes:
+        key = dtype_key(key)
+        if key == "fp8":
+            raise ValueError("fp8 GEMMs need torch._scaled_mm on a Hopper GPU; not measured here.")
+        a = torch.randn(gemm_n, gemm_n, device=dev).to(DTYPES[key])
+        b = torch.randn(gemm_n, gemm_n, device=dev).to(DTYPES[key])
+        tf32_before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = key == "tf32"
+        try:
+            run = measure(lambda a=a, b=b: a @ b, warmup=2, iters=iters, device=dev)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32_before
+        result.gemm_runs[key] = run
+        result.gemm_flops[key] = 2 * gemm_n**3 / run.median
+    src = torch.empty(copy_mib * 2**20 // 4, dtype=torch.float32, device=dev).uniform_()
+    dst = torch.empty_like(src)
+    result.copy_run = measure(lambda: dst.copy_(src), warmup=2, iters=iters, device=dev)
+    result.copy_bytes = 2 * src.numel() * src.element_size()
+    result.copy_bandwidth = result.copy_bytes / result.copy_run.median
+    return result

@@ -1,0 +1,110 @@
+"""The ``trainperf`` command: build, run and grade the course's notebooks."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .course import CourseError, find_root
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainperf", description=__doc__)
+    parser.add_argument("--root", type=Path, help="course checkout (default: found from cwd)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="regenerate notebooks/ from solutions/ (nbgrader)")
+    p.add_argument("--check", action="store_true",
+                   help="change nothing; exit 1 naming each file notebooks/ gets wrong")
+    p.add_argument("--chapters", nargs="*", help="chapter names or numbers (default: all)")
+
+    p = sub.add_parser("run", help="execute solution notebooks headless (papermill)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--chapters", nargs="*", help="chapter names or numbers (default: all)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", dest="quick", action="store_true", default=True,
+                      help="small configuration (default)")
+    size.add_argument("--full", dest="quick", action="store_false", help="full-size configuration")
+    p.add_argument("--jobs", "-j", type=int, default=1, help="notebooks run in parallel")
+    p.add_argument("--out", type=Path, default=Path("build/executed"),
+                   help="folder for executed notebooks (default: build/executed)")
+    p.add_argument("--cell-timeout", type=int, default=600, help="seconds per cell")
+
+    p = sub.add_parser("grade", help="autograde a folder of submissions into a CSV (nbgrader)")
+    p.add_argument("submissions", type=Path,
+                   help="folder of <student>/<chapter>/<notebook>.ipynb")
+    p.add_argument("--out", type=Path, default=Path("grades.csv"), help="CSV to write")
+    p.add_argument("--chapters", nargs="*", help="chapters to grade (default: all)")
+    p.add_argument("--jobs", "-j", type=int, default=1, help="students graded in parallel")
+    p.add_argument("--timeout", type=float, default=900,
+                   help="seconds allowed for one notebook (default 900)")
+    p.add_argument("--cell-timeout", type=int, default=None,
+                   help="seconds allowed per cell (default: grader/nbgrader_config.py)")
+    p.add_argument("--workdir", type=Path, help="keep nbgrader's scratch course here")
+
+    p = sub.add_parser("discriminate",
+                       help="prove graded cells discriminate: stub 0, solution full, mistakes 0")
+    p.add_argument("--chapters", nargs="*", help="chapters (default: all)")
+    p.add_argument("--jobs", "-j", type=int, default=2, help="submissions graded in parallel")
+    p.add_argument("--workdir", type=Path, help="keep submissions and scratch courses here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        root = args.root.resolve() if args.root else find_root()
+        if args.command == "build":
+            from .build import build
+
+            diffs = build(root, args.chapters, check=args.check)
+            if args.check:
+                for line in diffs:
+                    print(f"out of date: {line}", file=sys.stderr)
+                if diffs:
+                    print("notebooks/ is not what solutions/ generates: run `trainperf build`.",
+                          file=sys.stderr)
+                    return 1
+                print("notebooks/ matches solutions/.")
+            return 0
+        if args.command == "run":
+            from .run import run
+
+            device = args.device
+            if device == "auto":
+                import torch
+
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+            out = args.out if args.out.is_absolute() else Path.cwd() / args.out
+            results = run(root, args.chapters, out, device=device, quick=args.quick,
+                          jobs=args.jobs, cell_timeout=args.cell_timeout)
+            return 0 if all(r.status == "ok" for r in results) else 1
+        if args.command == "grade":
+            from .grade import grade
+
+            os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+            grade(root, args.submissions.resolve(), args.out.resolve(), args.chapters,
+                  jobs=args.jobs, timeout=args.timeout, cell_timeout=args.cell_timeout,
+                  workdir=args.workdir.resolve() if args.workdir else None)
+            return 0
+        if args.command == "discriminate":
+            from .discriminate import discriminate
+
+            os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+            failures = discriminate(root, args.chapters, jobs=args.jobs,
+                                    workdir=args.workdir.resolve() if args.workdir else None)
+            for line in failures:
+                print(f"NOT DISCRIMINATING: {line}", file=sys.stderr)
+            print("every graded cell discriminates." if not failures else
+                  f"{len(failures)} problem(s).")
+            return 1 if failures else 0
+    except CourseError as exc:
+        print(f"trainperf: {exc}", file=sys.stderr)
+        return 2
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Where things are in a course checkout, and nbgrader invoked on a scratch course folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+CONFIG_NAME = "nbgrader_config.py"
+
+
+class CourseError(RuntimeError):
+    """A problem with the checkout or the command line, reported as one line."""
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The checkout root: the nearest folder holding ``solutions/`` and ``grader/``."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "solutions").is_dir() and (candidate / "grader" / CONFIG_NAME).is_file():
+            return candidate
+    raise CourseError(
+        f"No course checkout found at or above {here}: expected solutions/ and "
+        f"grader/{CONFIG_NAME}. Run from the repository, or pass --root."
+    )
+
+
+def chapters(root: Path, wanted: list[str] | None = None) -> list[str]:
+    """Chapter folders of ``solutions/`` (``01_roofline``, ...), optionally filtered.
+
+    ``wanted`` items may be full names or number prefixes (``1``, ``01``, ``01_roofline``).
+    """
+    available = sorted(p.name for p in (root / "solutions").iterdir()
+                       if p.is_dir() and p.name[:2].isdigit())
+    if not wanted:
+        return available
+    picked = []
+    for item in wanted:
+        matches = [c for c in available if c == item or c.split("_")[0] == item.zfill(2)]
+        if not matches:
+            raise CourseError(f"Unknown chapter {item!r}; available: {', '.join(available)}.")
+        picked.extend(m for m in matches if m not in picked)
+    return picked
+
+
+def chapter_notebook(root: Path, chapter: str) -> Path:
+    """The one notebook of a chapter in ``solutions/``."""
+    notebooks = sorted((root / "solutions" / chapter).glob("*.ipynb"))
+    if len(notebooks) != 1:
+        raise CourseError(f"solutions/{chapter} must hold exactly one notebook, found "
+                          f"{len(notebooks)}.")
+    return notebooks[0]
+
+
+def make_scratch_course(root: Path, scratch: Path, chapter_ids: list[str]) -> Path:
+    """A throwaway nbgrader course folder: config plus copies of the chapters' sources."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(root / "grader" / CONFIG_NAME, scratch / CONFIG_NAME)
+    for chapter in chapter_ids:
+        target = scratch / "solutions" / chapter
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(root / "solutions" / chapter, target,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    return scratch
+
+
+def nbgrader(args: list[str], course_root: Path, timeout: float | None = None,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the real ``nbgrader`` command line in ``course_root`` (where its config lives)."""
+    full_env = {**os.environ, **(env or {})}
+    # nbgrader shells out to `alembic`; make the interpreter's own bin/ win on PATH
+    bin_dir = str(Path(sys.executable).parent)
+    full_env["PATH"] = bin_dir + os.pathsep + full_env.get("PATH", "")
+    full_env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course_root,
+                          capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def generate(course_root: Path, chapter: str) -> Path:
+    """``nbgrader generate_assignment`` for one chapter; returns the released folder."""
+    result = nbgrader(["generate_assignment", chapter, "--force", "--create"], course_root)
+    released = course_root / "notebooks" / chapter
+    if result.returncode != 0 or not released.is_dir():
+        tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+        raise CourseError(f"nbgrader generate_assignment {chapter} failed: " + " | ".join(tail))
+    return released

@@ -1,0 +1,99 @@
+"""``trainperf run``: execute solution notebooks headless with papermill, in parallel."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from .course import chapter_notebook, chapters
+
+
+@dataclass
+class RunResult:
+    chapter: str
+    device: str
+    seconds: float
+    status: str  # "ok" or "FAILED"
+    output: str
+    detail: str = ""  # for a failure: which cell and what it raised
+
+
+def _failure_detail(exc: BaseException, executed: Path) -> str:
+    """Name the failing cell: its index, first source line and the error."""
+    index = getattr(exc, "cell_index", None)
+    ename, evalue = getattr(exc, "ename", type(exc).__name__), getattr(exc, "evalue", str(exc))
+    first_line = ""
+    if index is not None and executed.exists():
+        try:
+            import nbformat
+
+            cell = nbformat.read(executed, as_version=4).cells[index]
+            first_line = next((ln for ln in cell.source.splitlines() if ln.strip()), "")[:60]
+        except Exception:  # the report must not fail because the notebook is unreadable
+            pass
+    where = f"cell {index}" + (f" ({first_line!r})" if first_line else "") if index is not None \
+        else "before any cell ran"
+    return f"{where}: {ename}: {str(evalue).strip().splitlines()[0][:200] if evalue else ''}"
+
+
+def run_one(root: str, chapter: str, out_dir: str, device: str, quick: bool,
+            cell_timeout: int) -> RunResult:
+    """Execute one chapter's solution notebook (in a worker process)."""
+    import papermill
+
+    source = chapter_notebook(Path(root), chapter)
+    target = Path(out_dir) / f"{chapter}.ipynb"
+    start = time.perf_counter()
+    try:
+        papermill.execute_notebook(
+            str(source), str(target), parameters={"DEVICE": device, "QUICK": quick},
+            cwd=str(source.parent), kernel_name="python3", progress_bar=False,
+            execution_timeout=cell_timeout, log_output=False,
+        )
+        status, detail = "ok", ""
+    except Exception as exc:  # papermill raises PapermillExecutionError for a failing cell
+        status, detail = "FAILED", _failure_detail(exc, target)
+    return RunResult(chapter, device, time.perf_counter() - start, status, str(target), detail)
+
+
+def run(root: Path, wanted: list[str] | None, out_dir: Path, device: str = "auto",
+        quick: bool = True, jobs: int = 1, cell_timeout: int = 600) -> list[RunResult]:
+    """Run chapters; print progress as each starts and ends, then a summary table."""
+    chapter_ids = chapters(root, wanted)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    results: list[RunResult] = []
+    total = len(chapter_ids)
+    mode = "quick" if quick else "full"
+    print(f"running {total} notebook(s), device={device}, {mode}, jobs={jobs} -> {out_dir}",
+          flush=True)
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(run_one, str(root), ch, str(out_dir), device, quick, cell_timeout): ch
+                   for ch in chapter_ids}
+        for ch in chapter_ids:
+            print(f"  started  {ch}", flush=True)
+        for future in as_completed(futures):
+            result = future.result()
+            results.append(result)
+            print(f"  [{len(results)}/{total}] {result.chapter}: {result.status} "
+                  f"in {result.seconds:.1f} s {result.detail}", flush=True)
+    results.sort(key=lambda r: r.chapter)
+    print(format_table(results), flush=True)
+    return results
+
+
+def format_table(results: list[RunResult]) -> str:
+    lines = [f"{'chapter':<24} {'device':<6} {'seconds':>8}  status", "-" * 50]
+    for r in results:
+        lines.append(f"{r.chapter:<24} {r.device:<6} {r.seconds:>8.1f}  {r.status}")
+        if r.detail:
+            lines.append(f"    {r.detail}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use: trainperf run")
