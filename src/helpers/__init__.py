@@ -12,11 +12,15 @@ learner dependencies: torch, numpy, matplotlib and ipywidgets.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("bench", "checks", "env", "hardware", "roofline")
+# Every public module in this folder, found rather than listed, so a new chapter's module
+# needs no edit here.
+_SUBMODULES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
+                           if not m.name.startswith("_")))
 
 __all__ = ["setup", "__version__", *_SUBMODULES]
 

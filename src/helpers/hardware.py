@@ -57,49 +57,49 @@ class DeviceSpec:
         return self.peak(dtype) / self.memory_bandwidth
 
 
-def _spec(name, fp32, bw_tb_s, mem_gb, source, *, tf32=None, fp16=None, bf16=None, fp8=None,
+def _spec(name, fp32, bw_gb_s, mem_gb, source, *, tf32=None, fp16=None, bf16=None, fp8=None,
           note="", aliases=()) -> DeviceSpec:
     peaks = {"fp32": fp32 * TERA}
     for key, value in (("tf32", tf32), ("fp16", fp16), ("bf16", bf16), ("fp8", fp8)):
         if value is not None:
             peaks[key] = value * TERA
-    return DeviceSpec(name, peaks, bw_tb_s * TERA, mem_gb, source, note, tuple(aliases))
+    return DeviceSpec(name, peaks, bw_gb_s * GIGA, mem_gb, source, note, tuple(aliases))
 
 
 _SPARSE_NOTE = "Datasheet tensor figures are with sparsity (*); dense = half, as stored here."
 
-#: The table. Figures in TFLOP/s and TB/s as printed (dense), converted to SI units.
+#: The table. Figures in TFLOP/s (dense) and GB/s as printed, converted to SI units.
 DEVICES: dict[str, DeviceSpec] = {s.name: s for s in [
-    _spec("T4", 8.1, 0.320, 16, "NVIDIA T4 Tensor Core GPU datasheet (2019)",
+    _spec("T4", 8.1, 320, 16, "NVIDIA T4 Tensor Core GPU datasheet (2019)",
           fp16=65, note="Turing: FP16 tensor cores only; no TF32, BF16 or FP8.",
           aliases=("Tesla T4",)),
-    _spec("V100 SXM2", 15.7, 0.900, 32, "NVIDIA Tesla V100 GPU datasheet (2020), SXM2 column",
+    _spec("V100 SXM2", 15.7, 900, 32, "NVIDIA Tesla V100 GPU datasheet (2020), SXM2 column",
           fp16=125, note="Volta: FP16 tensor cores only.", aliases=("V100", "V100-SXM2")),
-    _spec("V100 PCIe", 14.0, 0.900, 32, "NVIDIA Tesla V100 GPU datasheet (2020), PCIe column",
+    _spec("V100 PCIe", 14.0, 900, 32, "NVIDIA Tesla V100 GPU datasheet (2020), PCIe column",
           fp16=112, note="Volta: FP16 tensor cores only.", aliases=("V100-PCIE",)),
-    _spec("A10G", 31.52, 0.600, 24,
+    _spec("A10G", 31.52, 600, 24,
           "No public NVIDIA datasheet for this AWS-only part; AWS EC2 G5 figures as "
           "compared in Baseten, 'NVIDIA A10 vs A10G for ML model inference' (2023)",
           fp16=70, bf16=70, note="TF32 peak not published for the A10G."),
-    _spec("L4", 30.3, 0.300, 24, "NVIDIA L4 Tensor Core GPU datasheet (2023)",
+    _spec("L4", 30.3, 300, 24, "NVIDIA L4 Tensor Core GPU datasheet (2023)",
           tf32=60, fp16=121, bf16=121, fp8=242.5, note=_SPARSE_NOTE),
-    _spec("A100 40GB SXM", 19.5, 1.555, 40,
+    _spec("A100 40GB SXM", 19.5, 1555, 40,
           "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 40GB SXM column",
           tf32=156, fp16=312, bf16=312, note="Ampere: no FP8.",
           aliases=("A100", "A100 40GB", "A100-SXM4-40GB")),
-    _spec("A100 80GB SXM", 19.5, 2.039, 80,
+    _spec("A100 80GB SXM", 19.5, 2039, 80,
           "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB SXM column",
           tf32=156, fp16=312, bf16=312, note="Ampere: no FP8.",
           aliases=("A100 80GB", "A100-SXM4-80GB")),
-    _spec("A100 80GB PCIe", 19.5, 1.935, 80,
+    _spec("A100 80GB PCIe", 19.5, 1935, 80,
           "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB PCIe column",
           tf32=156, fp16=312, bf16=312, note="Ampere: no FP8.", aliases=("A100-PCIE-80GB",)),
-    _spec("H100 SXM", 67, 3.35, 80, "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 SXM column",
+    _spec("H100 SXM", 67, 3350, 80, "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 SXM column",
           tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE,
           aliases=("H100", "H100 80GB HBM3", "H100-SXM5-80GB")),
-    _spec("H100 PCIe", 51, 2.0, 80, "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 PCIe column",
+    _spec("H100 PCIe", 51, 2000, 80, "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 PCIe column",
           tf32=378, fp16=756.5, bf16=756.5, fp8=1513, note=_SPARSE_NOTE),
-    _spec("H200", 67, 4.8, 141, "NVIDIA H200 Tensor Core GPU datasheet (2024), H200 SXM column",
+    _spec("H200", 67, 4800, 141, "NVIDIA H200 Tensor Core GPU datasheet (2024), H200 SXM column",
           tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE,
           aliases=("H200 SXM", "NVIDIA H200")),
 ]}

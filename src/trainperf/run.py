@@ -23,21 +23,25 @@ class RunResult:
 
 
 def _failure_detail(exc: BaseException, executed: Path) -> str:
-    """Name the failing cell: its index, first source line and the error."""
-    index = getattr(exc, "cell_index", None)
+    """Name the failing cell: its position among code cells, first source line, the error."""
     ename, evalue = getattr(exc, "ename", type(exc).__name__), getattr(exc, "evalue", str(exc))
-    first_line = ""
-    if index is not None and executed.exists():
+    where = "before any cell ran"
+    if executed.exists():
         try:
             import nbformat
 
-            cell = nbformat.read(executed, as_version=4).cells[index]
-            first_line = next((ln for ln in cell.source.splitlines() if ln.strip()), "")[:60]
+            code = [c for c in nbformat.read(executed, as_version=4).cells
+                    if c.cell_type == "code"
+                    and "injected-parameters" not in c.metadata.get("tags", [])]
+            for number, cell in enumerate(code, 1):
+                if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+                    first = next((ln for ln in cell.source.splitlines() if ln.strip()), "")
+                    where = f"code cell {number} ({first[:60]!r})"
+                    break
         except Exception:  # the report must not fail because the notebook is unreadable
             pass
-    where = f"cell {index}" + (f" ({first_line!r})" if first_line else "") if index is not None \
-        else "before any cell ran"
-    return f"{where}: {ename}: {str(evalue).strip().splitlines()[0][:200] if evalue else ''}"
+    message = str(evalue).strip().splitlines()[0][:200] if evalue else ""
+    return f"{where}: {ename}: {message}"
 
 
 def run_one(root: str, chapter: str, out_dir: str, device: str, quick: bool,

@@ -1,0 +1,102 @@
+"""The device table, lookups, GPU-name matching and measuring on CPU."""
+
+import pytest
+import torch
+
+from helpers import hardware
+
+# (device, dtype) -> dense TFLOP/s and TB/s as printed in the named datasheet
+DATASHEET = {
+    ("T4", "fp32"): 8.1, ("T4", "fp16"): 65,
+    ("V100 SXM2", "fp16"): 125, ("A100 40GB SXM", "bf16"): 312, ("A100 80GB SXM", "tf32"): 156,
+    ("L4", "bf16"): 121, ("H100 SXM", "bf16"): 989.5, ("H100 SXM", "fp8"): 1979,
+    ("H200", "bf16"): 989.5, ("H100 SXM", "fp32"): 67,
+}
+
+
+@pytest.mark.parametrize("key,tflops", DATASHEET.items())
+def test_dense_peaks(key, tflops):
+    name, dtype = key
+    assert hardware.get_device(name).peak(dtype) == pytest.approx(tflops * 1e12)
+
+
+def test_required_devices_present_with_sources():
+    for name in ["T4", "L4", "A10G", "V100 SXM2", "A100 40GB SXM", "A100 80GB SXM", "H100 SXM", "H200"]:
+        spec = hardware.get_device(name)
+        assert spec.source and spec.memory_bandwidth > 0 and spec.peak_flops["fp32"] > 0
+
+
+def test_sparse_figures_are_never_peaks():
+    # H100 SXM datasheet: 1,979 TFLOP/s bf16 is the WITH-SPARSITY figure; dense is half.
+    h100 = hardware.get_device("H100 SXM")
+    assert h100.peak("bf16") == pytest.approx(1979e12 / 2)
+    for spec in hardware.DEVICES.values():
+        # a dense tensor peak is never more than 2x the next-narrower format's
+        if "bf16" in spec.peak_flops and "fp8" in spec.peak_flops:
+            assert spec.peak("fp8") == pytest.approx(2 * spec.peak("bf16"), rel=0.01)
+
+
+def test_bandwidths_are_decimal():
+    assert hardware.get_device("H100 SXM").memory_bandwidth == 3.35e12
+    assert hardware.get_device("A100 80GB SXM").memory_bandwidth == 2.039e12
+    assert hardware.get_device("H200").memory_bandwidth == 4.8e12
+
+
+def test_lookup_ignores_case_and_punctuation_and_aliases():
+    assert hardware.get_device("h100-sxm").name == "H100 SXM"
+    assert hardware.get_device("Tesla T4").name == "T4"
+    with pytest.raises(KeyError, match="known:"):
+        hardware.get_device("RTX 9090")
+
+
+def test_missing_dtype_is_a_clear_error():
+    with pytest.raises(KeyError, match="no bf16 peak"):
+        hardware.get_device("T4").peak("bf16")
+
+
+@pytest.mark.parametrize("cuda_name,mem,expected", [
+    ("NVIDIA H100 80GB HBM3", 85e9, "H100 SXM"), ("NVIDIA H100 PCIe", 85e9, "H100 PCIe"),
+    ("NVIDIA H200", 150e9, "H200"), ("NVIDIA A100-SXM4-40GB", 42e9, "A100 40GB SXM"),
+    ("NVIDIA A100-SXM4-80GB", 85e9, "A100 80GB SXM"), ("NVIDIA A100 80GB PCIe", 85e9, "A100 80GB PCIe"),
+    ("Tesla T4", 16e9, "T4"), ("NVIDIA L4", 24e9, "L4"), ("NVIDIA A10G", 24e9, "A10G"),
+    ("Tesla V100-SXM2-16GB", 16e9, "V100 SXM2"), ("NVIDIA L40S", 48e9, None),
+])
+def test_gpu_name_matching(cuda_name, mem, expected):
+    spec = hardware.match_gpu_name(cuda_name, mem)
+    assert (spec.name if spec else None) == expected
+
+
+def test_detect_gpu_is_none_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert hardware.detect_gpu() is None
+
+
+@pytest.mark.parametrize("dtype,key,width", [
+    (torch.float32, "fp32", 4), ("bfloat16", "bf16", 2), ("half", "fp16", 2),
+    (torch.float8_e4m3fn, "fp8", 1), (torch.float8_e5m2, "fp8", 1), ("tf32", "tf32", 4)])
+def test_dtype_keys_and_widths(dtype, key, width):
+    assert hardware.dtype_key(dtype) == key and hardware.bytes_per_element(dtype) == width
+
+
+def test_measure_device_on_cpu_gives_real_figures():
+    m = hardware.measure_device("cpu", dtypes=["fp32"], gemm_n=128, copy_mib=4)
+    assert m.device == "cpu" and m.gemm_n == 128
+    run = m.gemm_runs["fp32"]
+    assert len(run.samples) == 5 and all(s > 0 for s in run.samples)
+    assert m.gemm_flops["fp32"] == pytest.approx(2 * 128**3 / run.median)
+    assert m.copy_bytes == 2 * 4 * 2**20
+    assert m.copy_bandwidth == pytest.approx(m.copy_bytes / m.copy_run.median)
+    assert "TFLOP/s" in m.summary()
+
+
+def test_measure_device_refuses_fp8_rather_than_faking_it():
+    with pytest.raises(ValueError, match="fp8"):
+        hardware.measure_device("cpu", dtypes=["fp8"], gemm_n=16, copy_mib=1)
+
+
+def test_cuda_requested_without_gpu_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+        hardware.measure_device("cuda")

@@ -1,0 +1,79 @@
+"""Every solution notebook runs headless (papermill, quick CPU), passes nbval, and keeps
+the course's notebook conventions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import CHAPTERS, ROOT
+
+from trainperf.course import chapter_notebook
+
+pytestmark = pytest.mark.notebooks
+MAX_TEACHING_CELL_LINES = 15  # longer logic belongs in src/helpers
+
+
+def _executed(chapter: str, executed_dir: Path) -> Path:
+    """Run the chapter once per session with papermill; later calls reuse the output."""
+    from trainperf.run import run_one
+
+    target = executed_dir / f"{chapter}.ipynb"
+    if not target.exists():
+        result = run_one(str(ROOT), chapter, str(executed_dir), "cpu", True, 120)
+        assert result.status == "ok", f"{chapter} failed under papermill: {result.detail}"
+    return target
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_papermill_executes_quick_on_cpu(chapter, executed_dir):
+    nb = nbformat.read(_executed(chapter, executed_dir), as_version=4)
+    errors = [c for c in nb.cells if c.cell_type == "code"
+              and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert not errors
+    graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert graded and all("✓" in "".join(o.get("text", "") for o in c.outputs) for c in graded)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_nbval_lax_on_executed_notebook(chapter, executed_dir, tmp_path):
+    executed = _executed(chapter, executed_dir)
+    nb = nbformat.read(executed, as_version=4)
+    checked = [c for c in nb.cells if "nbval-check-output" in c.metadata.get("tags", [])]
+    assert checked, "mark deterministic outputs with the nbval-check-output tag"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env",
+         "-p", "no:cacheprovider", str(executed)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_notebook_conventions(chapter):
+    nb = nbformat.read(chapter_notebook(ROOT, chapter), as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+    params = code[0]
+    assert "parameters" in params.metadata.get("tags", [])
+    assert 'DEVICE = "auto"' in params.source and "QUICK = True" in params.source
+    setup = code[1].source
+    assert "TRAINPERF_SPEC" in setup and "helpers.setup(DEVICE)" in setup
+    cells = nb.cells
+    for i, cell in enumerate(cells):
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and not meta.get("grade"):
+            assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source
+            follower = cells[i + 1].metadata.get("nbgrader", {})
+            assert follower.get("grade") and follower.get("points"), \
+                f"answer cell {meta['grade_id']} must be followed by its test cell"
+        if meta.get("grade"):
+            assert "checks." in cell.source, "visible checks use helpers.checks"
+            assert "### BEGIN HIDDEN TESTS" in cell.source, f"{meta['grade_id']} has no hidden tests"
+        if cell.cell_type == "code" and not meta and cell is not code[1]:
+            lines = [ln for ln in cell.source.splitlines() if ln.strip()]
+            assert len(lines) <= MAX_TEACHING_CELL_LINES, \
+                f"a {len(lines)}-line teaching cell belongs in src/helpers:\n{cell.source[:200]}"
+    assert sum(1 for c in cells if c.metadata.get("nbgrader", {}).get("grade")) >= 4
