@@ -77,3 +77,50 @@ def test_notebook_conventions(chapter):
             assert len(lines) <= MAX_TEACHING_CELL_LINES, \
                 f"a {len(lines)}-line teaching cell belongs in src/helpers:\n{cell.source[:200]}"
     assert sum(1 for c in cells if c.metadata.get("nbgrader", {}).get("grade")) >= 4
+
+
+def _names(tree) -> tuple[set[str], set[str]]:
+    """(names read, names bound) anywhere in ``tree`` — a deliberately coarse over-approximation."""
+    import ast
+
+    loaded, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return loaded, bound
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_test_cells_are_self_contained(chapter):
+    """A test cell may use only helpers imports, answer names and its own names: grading
+    re-imports the helpers before each test cell, so nothing a learner rebinds can leak in."""
+    import ast
+    import builtins
+
+    from trainperf.exam import helper_imports
+
+    nb = nbformat.read(chapter_notebook(ROOT, chapter), as_version=4)
+    _, imported = _names(ast.parse(helper_imports(nb)))
+    answers: set[str] = set()
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and not meta.get("grade"):
+            tree = ast.parse(cell.source)
+            for node in tree.body:  # only top-level definitions are the answer's names
+                _, top = _names(ast.Module(body=[node], type_ignores=[]))
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign, ast.Import,
+                                     ast.ImportFrom, ast.AnnAssign)):
+                    answers |= top if not isinstance(node, ast.FunctionDef) else {node.name}
+    allowed = imported | answers | set(dir(builtins))
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade"):
+            loaded, bound = _names(ast.parse(cell.source))
+            leaked = loaded - bound - allowed
+            assert not leaked, f"{meta['grade_id']} uses {sorted(leaked)} from teaching cells"

@@ -38,11 +38,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("grades.csv"), help="CSV to write")
     p.add_argument("--chapters", nargs="*", help="chapters to grade (default: all)")
     p.add_argument("--jobs", "-j", type=int, default=1, help="students graded in parallel")
-    p.add_argument("--timeout", type=float, default=900,
-                   help="seconds allowed for one notebook (default 900)")
-    p.add_argument("--cell-timeout", type=int, default=None,
-                   help="seconds allowed per cell (default: grader/nbgrader_config.py)")
-    p.add_argument("--workdir", type=Path, help="keep nbgrader's scratch course here")
+    p.add_argument("--timeout", type=float, default=600,
+                   help="seconds allowed for one notebook (default 600)")
+    p.add_argument("--cell-timeout", type=int, default=60, help="seconds allowed per cell (default 60)")
+    p.add_argument("--memory-mb", type=int, default=6144,
+                   help="address-space cap for a submission's kernel in MiB (0 = none; default 6144)")
+    p.add_argument("--feedback", type=Path, help="write one feedback HTML page per student here")
+    p.add_argument("--fresh", action="store_true",
+                   help="ignore the progress file of an earlier run and grade everything again")
+    p.add_argument("--workdir", type=Path, help="keep the scratch course here (debugging)")
 
     p = sub.add_parser("discriminate",
                        help="prove graded cells discriminate: stub 0, solution full, mistakes 0")
@@ -82,12 +86,15 @@ def main(argv: list[str] | None = None) -> int:
                           jobs=args.jobs, cell_timeout=args.cell_timeout)
             return 0 if all(r.status == "ok" for r in results) else 1
         if args.command == "grade":
-            from .grade import grade
+            from .grade import Limits, grade
 
             os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+            limits = Limits(cell_timeout=args.cell_timeout, notebook_timeout=args.timeout,
+                            memory_mb=args.memory_mb or None)
             grade(root, args.submissions.resolve(), args.out.resolve(), args.chapters,
-                  jobs=args.jobs, timeout=args.timeout, cell_timeout=args.cell_timeout,
-                  workdir=args.workdir.resolve() if args.workdir else None)
+                  jobs=args.jobs, limits=limits,
+                  workdir=args.workdir.resolve() if args.workdir else None,
+                  feedback=args.feedback.resolve() if args.feedback else None, fresh=args.fresh)
             return 0
         if args.command == "discriminate":
             from .discriminate import discriminate

@@ -128,7 +128,7 @@ def discriminate(root: Path, wanted: list[str] | None = None, jobs: int = 1,
             expectations += build_submissions(root, chapter, released, submissions)
         rows = {row.student: row for row in grade(
             root, submissions, base / "grades.csv", chapter_ids, jobs=jobs,
-            workdir=base / "scratch")}
+            workdir=base / "scratch", fresh=True)}
         print(f"\n{'submission':<22} {'cell':<24} {'points':>8}  expected")
         for exp in expectations:
             outcome = rows[exp.student].outcomes[exp.chapter]
