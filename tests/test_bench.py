@@ -29,3 +29,127 @@ def test_bad_arguments():
 def test_resolve_auto():
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert bench.resolve_device("auto").type == expected
+
+
+# --------------------------------------------------------------------------- chapter 2 additions
+
+def test_measure_with_a_fake_async_device_is_exact():
+    dev = bench.FakeAsyncDevice([2.0, 0.5, 0.1, 0.3, 0.1, 0.2], peak_bytes=[9, 8, 1, 2, 3, 4])
+    m = bench.measure(dev.step, warmup=2, iters=4, clock=dev.clock, sync=dev.synchronize, device="cpu")
+    assert dev.calls == 6
+    assert m.first_call == pytest.approx(2.0)  # the cold call, reported apart
+    assert m.samples == pytest.approx([0.1, 0.3, 0.1, 0.2])  # warm-up 0.5 never timed
+    assert m.median == pytest.approx(0.15)
+
+
+def test_fake_device_clock_does_not_see_unsynchronised_work():
+    dev = bench.FakeAsyncDevice([0.25], launch_s=0.001)
+    t0 = dev.clock()
+    dev.step()
+    assert dev.clock() - t0 == pytest.approx(0.001)
+    dev.synchronize()
+    assert dev.clock() - t0 == pytest.approx(0.251)
+    dev.reset_peak_memory_stats()
+    assert dev.max_memory_allocated() == 0
+    with pytest.raises(ValueError):
+        bench.FakeAsyncDevice([])
+    with pytest.raises(ValueError):
+        bench.FakeAsyncDevice([1.0, 2.0], peak_bytes=[1])
+
+
+def test_measurement_metrics_never_invent_a_memory_figure():
+    m = bench.Measurement([0.010, 0.012, 0.011], 0.05, "cpu")
+    assert m.metrics() == {"step_time_ms": pytest.approx(11.0), "peak_mem_mb": None}
+    m = bench.Measurement([0.010], 0.05, "cuda:0", peak_allocated_bytes=3 * 2**20)
+    assert m.metrics()["peak_mem_mb"] == 3.0
+
+
+def test_compare_seed_003_numbers():
+    c = bench.compare({"step_time_ms": 120.0, "peak_mem_mb": 8192.0},
+                      {"step_time_ms": 98.0, "peak_mem_mb": 6144.0})
+    assert c.step_time_delta_ms == 22.0 and c.peak_mem_delta_mb == 2048.0
+    assert c.time_improved is True and c.memory_improved is True
+    assert c.speedup == pytest.approx(120 / 98) and c.beyond_noise is None
+
+
+def test_compare_slower_tuned_and_missing_memory():
+    c = bench.compare({"step_time_ms": 50.0, "peak_mem_mb": None},
+                      {"step_time_ms": 55.0, "peak_mem_mb": 10.0})
+    assert c.step_time_delta_ms == -5.0 and c.time_improved is False
+    assert c.peak_mem_delta_mb is None and c.memory_improved is None
+    assert "not measured" in str(c)
+
+
+def test_compare_measurements_flags_overlap_with_noise():
+    base = bench.Measurement([0.10, 0.11, 0.12], 0.2, "cpu")
+    clear = bench.Measurement([0.05, 0.06, 0.07], 0.2, "cpu")
+    noisy = bench.Measurement([0.09, 0.10, 0.115], 0.2, "cpu")
+    assert bench.compare(base, clear).beyond_noise is True
+    assert bench.compare(base, noisy).beyond_noise is False
+    assert bench.compare(base, noisy).step_time_delta_ms == pytest.approx(10.0)
+
+
+def test_compare_rejects_bad_input():
+    with pytest.raises(TypeError):
+        bench.compare(0.1, 0.2)
+    with pytest.raises(KeyError, match="step_time_ms"):
+        bench.compare({"time": 1.0}, {"step_time_ms": 1.0})
+    with pytest.raises(ValueError, match="positive"):
+        bench.compare({"step_time_ms": 0.0}, {"step_time_ms": 1.0})
+
+
+def test_count_host_syncs_sees_every_kind_of_read_back():
+    t = torch.tensor([1.5, 2.5])
+    s = t.sum()
+
+    def reads():
+        s.item()
+        float(s)
+        f"{s:.1f}"
+        if s > 0:
+            pass
+        t.tolist()
+        str(s)
+        return t.numpy()
+
+    _, counts = bench.count_host_syncs(reads)
+    assert counts.by_kind == {"item": 1, "__float__": 1, "__format__": 1, "__bool__": 1, "tolist": 1,
+                              "__repr__": 1, "numpy": 1}  # str() of a tensor goes through __repr__
+    assert counts.total == 7
+
+
+def test_count_host_syncs_ignores_device_side_work_and_torch_internals():
+    p = torch.nn.Parameter(torch.randn(4))
+    opt = torch.optim.AdamW([p])
+
+    def step():
+        loss = (p * p).sum()
+        loss.backward()
+        opt.step()  # AdamW reads its CPU-side step counter: not a device sync
+        opt.zero_grad()
+        return loss.detach() + 1
+
+    _, counts = bench.count_host_syncs(step)
+    assert counts.total == 0
+
+
+def test_logged_loop_same_numbers_fewer_read_backs():
+    values = [4.0, 3.0, 2.0, 1.0, 0.5, 0.25, 0.125]
+
+    def fresh():
+        it = iter(values)
+        return lambda: torch.tensor(next(it))
+
+    slow, every = bench.count_host_syncs(bench.logged_loop, fresh(), 7, 3, read_every_step=True)
+    fast, batched = bench.count_host_syncs(bench.logged_loop, fresh(), 7, 3)
+    want = [3.0, (1.0 + 0.5 + 0.25) / 3, 0.125]
+    assert slow == pytest.approx(want) and fast == pytest.approx(want)
+    assert every.total == 7 and batched.total == 3
+    with pytest.raises(ValueError):
+        bench.logged_loop(fresh(), 0, 1)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU message")
+def test_profile_sync_events_says_it_needs_a_gpu():
+    with pytest.raises(RuntimeError, match="CUDA"):
+        bench.profile_sync_events(lambda: None)

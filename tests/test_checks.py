@@ -57,3 +57,23 @@ def test_blocked_restores_after_an_exception():
     with pytest.raises(ZeroDivisionError), checks.blocked(roofline, "ridge_point"):
         raise ZeroDivisionError
     assert roofline.ridge_point(10.0, 2.0) == 5.0
+
+
+def test_blocked_reaches_copies_from_a_reimported_module():
+    import importlib
+    import sys
+
+    from helpers.roofline import gemm_flops as old_binding
+
+    saved = sys.modules.pop("helpers.roofline")
+    try:
+        fresh = importlib.import_module("helpers.roofline")
+        assert fresh is not saved and fresh.gemm_flops is not old_binding
+        with checks.blocked(fresh, "gemm_flops"):
+            with pytest.raises(RuntimeError, match="switched off"):
+                old_binding(1, 2, 3)
+        assert old_binding(1, 2, 3) == 12 and fresh.gemm_flops(1, 2, 3) == 12
+    finally:
+        sys.modules["helpers.roofline"] = saved
+        import helpers
+        helpers.roofline = saved

@@ -80,6 +80,10 @@ def batch(tmp_path_factory):
         "exit": _answers(ex2_ideal_time="import os\nos._exit(1)\n"),
         "segfault": _answers(ex2_ideal_time="import ctypes\nctypes.string_at(0)\n"),
         "oom": _answers(ex3_limiter="hog = bytearray(8 * 2**30)\n"),
+        "helper_by_name": _answers(ex1_intensity=(
+            "from helpers.roofline import intensity, gemm_flops, gemm_bytes\n"
+            "def gemm_intensity(M, K, N, b):\n"
+            "    return intensity(gemm_flops(M, K, N), gemm_bytes(M, K, N, b))\n")),
         "big_output": _answers(ex1_intensity=SOLUTION["ex1_intensity"]
                                + "for _ in range(400):\n    print('x' * 10_000)\n"),
         **{name: _answers(ex1_intensity=patch + WRONG_EX1) for name, patch in MONKEYPATCHES.items()},
@@ -131,7 +135,7 @@ def _score(batch, student) -> float:
 
 
 def test_every_student_has_a_row(batch):
-    expected = {"victim", "loop", "exit", "segfault", "oom", "big_output", "tamper",
+    expected = {"victim", "loop", "exit", "helper_by_name", "segfault", "oom", "big_output", "tamper",
                 "attacker", "bad_json", "empty", "wrong_name", "extra", "missing", *MONKEYPATCHES}
     assert set(batch["csv"]) == expected | {"stubborn_loop"}
     assert all(batch["csv"][s]["max_score"] == "10" for s in expected)
@@ -171,7 +175,7 @@ def test_tampered_test_cells_run_from_the_source(batch):
         assert words in outcome.reason
 
 
-@pytest.mark.parametrize("student", list(MONKEYPATCHES))
+@pytest.mark.parametrize("student", [*MONKEYPATCHES, "helper_by_name"])
 def test_monkeypatching_the_checks_gains_nothing(batch, student):
     outcome = batch["rows"][student].outcomes[CHAPTER]
     assert outcome.cells["ex1_intensity_test"][0] == 0, outcome.feedback[0]

@@ -2,17 +2,25 @@
 
 On a CUDA device each call is timed with CUDA events (device time between two points in
 the stream); on CPU with ``time.perf_counter`` after the work has finished.
+
+Also here, because every chapter reuses them: :func:`compare` (baseline vs tuned, seed 003),
+:func:`count_host_syncs` (where a loop reads device values back), :func:`profile_sync_events`
+(the same, seen by the CUDA profiler), :class:`FakeAsyncDevice` (a deterministic stand-in for
+an asynchronous GPU, for tests and exercises) and :func:`logged_loop` (loss logging with or
+without a read-back every step).
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -71,6 +79,15 @@ class Measurement:
         """(max - min) / median: how far to trust the median."""
         return (self.max - self.min) / self.median if self.median > 0 else float("nan")
 
+    @property
+    def peak_allocated_mb(self) -> float | None:
+        """Peak allocated memory in MiB (CUDA), None where it was not measured."""
+        return None if self.peak_allocated_bytes is None else self.peak_allocated_bytes / 2**20
+
+    def metrics(self) -> dict[str, float | None]:
+        """Seed 003's metrics: ``{"step_time_ms": median, "peak_mem_mb": peak or None}``."""
+        return {"step_time_ms": self.median * 1e3, "peak_mem_mb": self.peak_allocated_mb}
+
     def __str__(self) -> str:
         return (f"median {self.median * 1e3:.3f} ms (min {self.min * 1e3:.3f}, "
                 f"max {self.max * 1e3:.3f}, n={len(self.samples)}; first call "
@@ -83,34 +100,287 @@ def measure(
     warmup: int = 3,
     iters: int = 10,
     device: str | torch.device | None = None,
+    clock: Callable[[], float] | None = None,
+    sync: Callable[[], None] | None = None,
 ) -> Measurement:
-    """Time ``fn()``: one cold call, ``warmup - 1`` more untimed calls, then ``iters`` timed."""
+    """Time ``fn()``: one cold call, ``warmup - 1`` more untimed calls, then ``iters`` timed.
+
+    Every sample is bracketed by device synchronisation, so it is the time the work took,
+    not the time it took to queue it. On CUDA the samples come from CUDA events and the
+    result carries the peak allocated memory of the timed calls (the peak is reset after
+    warm-up). ``clock`` (seconds, e.g. ``time.perf_counter``) and ``sync`` replace the
+    timer and the synchronisation: tests and exercises use them to time a fake device
+    deterministically; with a ``clock`` no CUDA events are used.
+    """
     if iters < 1 or warmup < 1:
         raise ValueError(f"need warmup >= 1 and iters >= 1, got warmup={warmup}, iters={iters}")
     dev = resolve_device(device or "auto")
-    synchronize(dev)
-    start = time.perf_counter()
+    wait = sync or (lambda: synchronize(dev))
+    now = clock or time.perf_counter
+    wait()
+    start = now()
     fn()
-    synchronize(dev)
-    first = time.perf_counter() - start
+    wait()
+    first = now() - start
     for _ in range(warmup - 1):
         fn()
-    synchronize(dev)
+    wait()
     samples: list[float] = []
     peak = None
+    cuda_events = dev.type == "cuda" and clock is None
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-        for _ in range(iters):
+    for _ in range(iters):
+        if cuda_events:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
             fn()
             end.record()
             end.synchronize()
             samples.append(begin.elapsed_time(end) / 1e3)
-        peak = torch.cuda.max_memory_allocated(dev)
-    else:
-        for _ in range(iters):
-            start = time.perf_counter()
+        else:
+            start = now()
             fn()
-            samples.append(time.perf_counter() - start)
+            wait()
+            samples.append(now() - start)
+    if dev.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(dev)
     return Measurement(samples, first, str(dev), peak)
+
+
+# --------------------------------------------------------------------------- compare (seed 003)
+
+@dataclass(frozen=True)
+class Comparison:
+    """Baseline minus tuned (seed 003): a positive delta means tuned is faster / smaller."""
+
+    step_time_delta_ms: float
+    peak_mem_delta_mb: float | None  # None when either side has no memory figure (CPU)
+    time_improved: bool
+    memory_improved: bool | None
+    speedup: float  # baseline / tuned step time
+    beyond_noise: bool | None  # tuned's slowest sample beats baseline's fastest; None for plain numbers
+
+    def __str__(self) -> str:
+        mem = ("peak memory not measured on this device" if self.peak_mem_delta_mb is None
+               else f"peak memory {self.peak_mem_delta_mb:+.2f} MiB saved")
+        noise = {None: "", True: ", ranges do not overlap", False: ", within run-to-run spread"}
+        return (f"step time {self.step_time_delta_ms:+.3f} ms saved (speed-up {self.speedup:.2f}x"
+                f"{noise[self.beyond_noise]}); {mem}")
+
+
+def _metrics(result: Measurement | Mapping[str, Any], side: str) -> tuple[float, float | None]:
+    if isinstance(result, Measurement):
+        m = result.metrics()
+    elif isinstance(result, Mapping):
+        m = result
+    else:
+        raise TypeError(f"{side} must be a Measurement or a dict with 'step_time_ms' and "
+                        f"'peak_mem_mb', got {type(result).__name__}")
+    if "step_time_ms" not in m:
+        raise KeyError(f"{side} has no 'step_time_ms'; give measure()'s result or seed 003's dict")
+    time_ms = float(m["step_time_ms"])
+    if not time_ms > 0:
+        raise ValueError(f"{side} step_time_ms must be positive, got {time_ms!r}")
+    mem = m.get("peak_mem_mb")
+    return time_ms, None if mem is None else float(mem)
+
+
+def compare(baseline: Measurement | Mapping[str, Any],
+            tuned: Measurement | Mapping[str, Any]) -> Comparison:
+    """Deltas baseline − tuned for step time (median, ms) and peak memory (MiB), with flags.
+
+    Accepts two :class:`Measurement` results or two seed-003 style dicts
+    (``{"step_time_ms": ..., "peak_mem_mb": ...}``). A peak memory that was not measured
+    (``None``, as on CPU) gives ``None`` deltas and flags rather than a zero.
+    """
+    base_ms, base_mem = _metrics(baseline, "baseline")
+    tuned_ms, tuned_mem = _metrics(tuned, "tuned")
+    time_delta = base_ms - tuned_ms
+    mem_delta = None if base_mem is None or tuned_mem is None else base_mem - tuned_mem
+    beyond = None
+    if isinstance(baseline, Measurement) and isinstance(tuned, Measurement):
+        beyond = tuned.max < baseline.min or baseline.max < tuned.min
+    return Comparison(time_delta, mem_delta, time_delta > 0,
+                      None if mem_delta is None else mem_delta > 0, base_ms / tuned_ms, beyond)
+
+
+# --------------------------------------------------------------------------- implicit syncs
+
+#: Tensor methods that hand a value to Python: on a GPU each one waits for the device.
+READBACKS = frozenset({"item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__",
+                       "__complex__", "__array__", "__format__", "__repr__", "__str__"})
+
+
+@dataclass
+class SyncCount:
+    """Host read-backs seen while a function ran, by kind (``item``, ``__bool__``, ...)."""
+
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_kind.values())
+
+    def __str__(self) -> str:
+        kinds = ", ".join(f"{k} ×{v}" for k, v in sorted(self.by_kind.items())) or "none"
+        return f"{self.total} host read-back(s): {kinds}"
+
+
+# Frames of torch's dispatch machinery between a Tensor method and the mode.
+_MACHINERY = {"torch.overrides", "torch._tensor"}
+
+
+def _called_from_torch() -> bool:
+    """True when the read-back was made by PyTorch's own code (e.g. an optimizer reading its
+    CPU-side step counter), not by the code being inspected."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__") in _MACHINERY:
+        frame = frame.f_back
+    module = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return module == "torch" or module.startswith("torch.")
+
+
+class _ReadbackCounter(TorchFunctionMode):
+    def __init__(self, counts: SyncCount) -> None:
+        super().__init__()
+        self.counts = counts
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        to_host = False
+        if name in ("cpu", "to") and args and isinstance(args[0], torch.Tensor):
+            # a copy from an accelerator to host memory; a no-op (no sync) for a CPU tensor
+            target = kwargs.get("device", args[1] if len(args) > 1 else None)
+            to_host = args[0].device.type != "cpu" and (name == "cpu" or str(target) == "cpu")
+        if (name in READBACKS or to_host) and not _called_from_torch():
+            self.counts.by_kind[name] = self.counts.by_kind.get(name, 0) + 1
+        return func(*args, **kwargs)
+
+
+def count_host_syncs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, SyncCount]:
+    """Run ``fn(*args, **kwargs)`` and count the points where it reads a tensor value on the host.
+
+    Counted: ``.item()``, ``float()``/``int()``/``bool()`` of a tensor (``if loss > 0:`` too),
+    ``.tolist()``, ``.numpy()``, formatting or printing a tensor, and copies from a GPU to
+    the CPU. On a GPU each of these is a host-device synchronisation: the Python thread
+    stops until the device has finished everything queued before it. On a CPU they cost
+    little, but the count is the same, so a loop can be checked here before it runs on a GPU.
+    Returns ``(fn's result, SyncCount)``.
+
+    Only read-backs made outside PyTorch's own code are counted: an optimizer reading its
+    CPU-side step counter is not a device sync. Syncs hidden inside operators whose output
+    size depends on the data (``nonzero``, boolean masking) are not seen here; on a GPU,
+    :func:`profile_sync_events` shows those too.
+    """
+    counts = SyncCount()
+    with _ReadbackCounter(counts):
+        result = fn(*args, **kwargs)
+    return result, counts
+
+
+def profile_sync_events(fn: Callable[[], Any], steps: int = 3) -> dict[str, int]:
+    """CUDA only: run ``fn`` ``steps`` times under ``torch.profiler`` and count CUDA runtime
+    calls that block the host (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
+    ``cudaEventSynchronize``) and device-to-host copies (``cudaMemcpy*``), by name.
+
+    Raises ``RuntimeError`` on a CPU: there is no device stream to wait for, so there are no
+    such events to count (use :func:`count_host_syncs` there).
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("profile_sync_events needs a CUDA GPU (no CUDA runtime events on CPU); "
+                           "use bench.count_host_syncs(fn) to count read-backs on any device.")
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    counts: dict[str, int] = {}
+    for event in prof.key_averages():
+        if "Synchronize" in event.key or event.key.startswith("cudaMemcpy"):
+            counts[event.key] = event.count
+    # the closing synchronize above is ours, not the loop's
+    if counts.get("cudaDeviceSynchronize"):
+        counts["cudaDeviceSynchronize"] -= 1
+    return {k: v for k, v in counts.items() if v}
+
+
+# --------------------------------------------------------------------------- logging loops
+
+def logged_loop(step_fn: Callable[[], torch.Tensor], n_steps: int, log_every: int,
+                read_every_step: bool = False) -> list[float]:
+    """Run ``step_fn`` ``n_steps`` times; return the mean loss of each ``log_every`` window.
+
+    ``read_every_step=False`` keeps the running sum on the device and reads it back once per
+    window (seed 002's fix); ``True`` calls ``.item()`` on every loss, the common habit that
+    forces a host-device sync each step. Both return the same numbers (a last, shorter
+    window is included).
+    """
+    if n_steps < 1 or log_every < 1:
+        raise ValueError(f"need n_steps >= 1 and log_every >= 1, got {n_steps}, {log_every}")
+    logged: list[float] = []
+    total: Any = 0
+    count = 0
+    for step in range(1, n_steps + 1):
+        loss = step_fn()
+        total = total + (loss.item() if read_every_step else loss.detach())
+        count += 1
+        if step % log_every == 0 or step == n_steps:
+            logged.append(float(total) / count if read_every_step else (total / count).item())
+            total, count = 0, 0
+    return logged
+
+
+# --------------------------------------------------------------------------- a fake async device
+
+class FakeAsyncDevice:
+    """A deterministic stand-in for an asynchronous accelerator, for tests and exercises.
+
+    ``step()`` queues work of the next programmed duration and returns at once, as a CUDA
+    launch does; the fake ``clock()`` only moves when ``synchronize()`` waits for the queued
+    work. So a timer that forgets to synchronise measures (almost) nothing, as it would on a
+    GPU. Memory works like ``torch.cuda``: ``step()`` raises the peak to its programmed
+    figure, ``reset_peak_memory_stats()`` clears it, ``max_memory_allocated()`` reads it.
+    """
+
+    def __init__(self, durations_s: list[float], peak_bytes: list[int] | None = None,
+                 launch_s: float = 0.0) -> None:
+        if not durations_s:
+            raise ValueError("FakeAsyncDevice needs at least one step duration")
+        self.durations_s = list(durations_s)
+        self.peak_bytes = list(peak_bytes) if peak_bytes is not None else [0] * len(durations_s)
+        if len(self.peak_bytes) != len(self.durations_s):
+            raise ValueError("give one peak_bytes figure per duration")
+        self.launch_s = launch_s  # host time to queue one step
+        self.now = 0.0
+        self.pending = 0.0
+        self.calls = 0
+        self.syncs = 0
+        self._peak = 0
+
+    def step(self) -> None:
+        """Queue the next step (durations repeat from the last one when the list runs out)."""
+        i = min(self.calls, len(self.durations_s) - 1)
+        self.calls += 1
+        self.now += self.launch_s
+        self.pending += self.durations_s[i]
+        self._peak = max(self._peak, self.peak_bytes[i])
+
+    def synchronize(self) -> None:
+        """Wait for the queued work: the clock moves on by its duration."""
+        self.syncs += 1
+        self.now += self.pending
+        self.pending = 0.0
+
+    def clock(self) -> float:
+        """Seconds on the fake host clock."""
+        return self.now
+
+    def reset_peak_memory_stats(self) -> None:
+        self._peak = 0
+
+    def max_memory_allocated(self) -> int:
+        return self._peak

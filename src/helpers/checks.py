@@ -99,25 +99,46 @@ def _blocked_function(qualified_name: str) -> types.FunctionType:
     return namespace["blocked"]
 
 
+def _same_source(a: types.CodeType, b: types.CodeType) -> bool:
+    return (a.co_filename, a.co_firstlineno, a.co_name) == (b.co_filename, b.co_firstlineno, b.co_name)
+
+
+def _copies_of(fn: types.FunctionType) -> list[types.FunctionType]:
+    """``fn`` and every other live function compiled from the same source lines.
+
+    A module imported twice (the grader re-imports the helpers before each test cell) or a
+    function rebuilt from the helper's code object would otherwise escape the block.
+    """
+    import gc
+
+    return [fn] + [obj for obj in gc.get_objects()
+                   if type(obj) is types.FunctionType and obj is not fn
+                   and _same_source(obj.__code__, fn.__code__)]
+
+
 @contextlib.contextmanager
-def blocked(module: types.ModuleType, *names: str) -> Iterator[None]:
+def blocked(module: Any, *names: str) -> Iterator[None]:
     """Switch off ``module.name`` for the duration of a check.
 
-    The function's code object is swapped, so the helper is blocked however the learner
-    reached it (``helpers.roofline.intensity``, ``from helpers.roofline import intensity``
-    or an alias). Used by hidden tests: an exercise passed by calling the helper that
-    implements it teaches nothing.
+    The function's code object is swapped — in this function and in every other live copy
+    compiled from the same source — so the helper is blocked however the learner reached it
+    (``helpers.roofline.intensity``, ``from helpers.roofline import intensity``, an alias, an
+    earlier import of the module). Used by hidden tests: an exercise passed by calling the
+    helper that implements it teaches nothing.
     """
     saved: list[tuple[types.FunctionType, types.CodeType, Any, Any]] = []
     try:
         for name in names:
             fn = getattr(module, name)
             if not isinstance(fn, types.FunctionType):
-                raise TypeError(f"{module.__name__}.{name} is not a plain function")
-            stand_in = _blocked_function(f"{module.__name__}.{name}")
-            saved.append((fn, fn.__code__, fn.__defaults__, fn.__kwdefaults__))
-            fn.__code__ = stand_in.__code__
-            fn.__defaults__, fn.__kwdefaults__ = None, None
+                raise TypeError(f"{getattr(module, '__name__', module)}.{name} is not a plain function")
+            stand_in = _blocked_function(f"{getattr(module, '__name__', module)}.{name}")
+            for copy in _copies_of(fn):
+                if copy.__code__.co_freevars:
+                    continue  # a closure cannot take a code object without free variables
+                saved.append((copy, copy.__code__, copy.__defaults__, copy.__kwdefaults__))
+                copy.__code__ = stand_in.__code__
+                copy.__defaults__, copy.__kwdefaults__ = None, None
         yield
     finally:
         for fn, code, defaults, kwdefaults in saved:

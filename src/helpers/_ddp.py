@@ -1,0 +1,174 @@
+"""Record a real data-parallel training run under ``torch.profiler``: one process per rank,
+``torch.distributed`` with gloo on CPU (NCCL on CUDA), one chrome trace per rank.
+
+On Linux CPU runs the ranks are forked from the calling process, so they do not import torch
+again (seconds per process on a small machine); elsewhere, and for CUDA (which must not be
+forked once initialised), each rank is a fresh ``python -m helpers._ddp``. Rendezvous on
+127.0.0.1 with a free port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def record_ddp(out_dir: str | Path | None = None, world_size: int = 2, steps: int = 3,
+               slow_rank: int | None = None, slow_s: float = 0.03, layers: int = 8, width: int = 256,
+               batch: int = 64, bucket_mb: float = 0.25, device: str = "cpu",
+               timeout_s: float = 120.0, fork: bool | None = None) -> dict[str, list[Path]]:
+    """Train a ``layers``-deep MLP with DistributedDataParallel on ``world_size`` processes and
+    profile ``steps`` steady-state steps (after 1 skipped and 1 warm-up step) — twice in the
+    same processes: ``"balanced"``, then, if ``slow_rank`` is given, ``"one_slow"``, where that
+    rank sleeps ``slow_s`` seconds in Python before every forward (a straggler).
+
+    Returns ``{phase: [rank0 trace, rank1 trace, ...]}``: files ``<phase>/rank<R>.json.gz`` in
+    ``out_dir`` (a new temp folder if None). ``device="cuda"`` uses NCCL, one GPU per rank.
+    ``fork`` forces (True) or avoids (False) forking the ranks; None picks.
+    """
+    for name, value in dict(world_size=world_size, steps=steps, layers=layers, width=width,
+                            batch=batch).items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if slow_rank is not None and not 0 <= slow_rank < world_size:
+        raise ValueError(f"slow_rank must be a rank in 0..{world_size - 1}, got {slow_rank}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="trainperf_ddp_"))
+    out.mkdir(parents=True, exist_ok=True)
+    opts = dict(world_size=world_size, port=_free_port(), steps=steps,
+                slow_rank=-1 if slow_rank is None else slow_rank, slow_s=slow_s, layers=layers,
+                width=width, batch=batch, bucket_mb=bucket_mb, device=device, out=str(out))
+    if fork is None:
+        fork = device == "cpu" and sys.platform.startswith("linux")
+    errors = (_run_forked if fork else _run_subprocesses)(opts, timeout_s)
+    if errors:
+        raise RuntimeError("distributed run failed — " + "; ".join(errors))
+    phases = ["balanced"] + ([] if slow_rank is None else ["one_slow"])
+    return {ph: [out / ph / f"rank{r}.json.gz" for r in range(world_size)] for ph in phases}
+
+
+def _run_forked(opts: dict[str, Any], timeout_s: float) -> list[str]:
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_forked_rank, args=(r, opts), daemon=True)
+             for r in range(opts["world_size"])]
+    for p in procs:
+        p.start()
+    deadline, errors = time.monotonic() + timeout_s, []
+    for p in procs:
+        p.join(max(0.1, deadline - time.monotonic()))
+    for r, p in enumerate(procs):
+        if p.is_alive():
+            p.kill()
+            p.join()
+            errors.append(f"rank {r} took longer than {timeout_s:.0f} s and was stopped")
+        elif p.exitcode != 0:
+            note = Path(opts["out"]) / f"rank{r}.error"
+            message = note.read_text().strip() if note.exists() else f"exit code {p.exitcode}"
+            errors.append(f"rank {r}: {message}")
+    return errors
+
+
+def _forked_rank(rank: int, opts: dict[str, Any]) -> None:
+    # keep the profiler's and gloo's console chatter out of the parent's (notebook's) output
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    try:
+        _train(rank, **opts)
+    except BaseException as err:  # report the reason to the parent, then fail
+        first = (str(err).strip().splitlines() or [""])[0]
+        Path(opts["out"], f"rank{rank}.error").write_text(f"{type(err).__name__}: {first}"[:500])
+        os._exit(1)
+    os._exit(0)  # skip the parent's atexit handlers and buffers
+
+
+def _run_subprocesses(opts: dict[str, Any], timeout_s: float) -> list[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    src = str(Path(__file__).resolve().parents[1])  # so a source checkout works uninstalled too
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items()]
+    procs = [subprocess.Popen([sys.executable, "-m", "helpers._ddp", f"--rank={r}", *args], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for r in range(opts["world_size"])]
+    deadline, errors = time.monotonic() + timeout_s, []
+    try:
+        for r, p in enumerate(procs):
+            _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            if p.returncode != 0:
+                lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("USDT")]
+                errors.append(f"rank {r} exited {p.returncode}: {lines[-1] if lines else 'no message'}")
+    except subprocess.TimeoutExpired:
+        errors.append(f"the run took longer than {timeout_s:.0f} s and was stopped")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return errors
+
+
+def _train(rank: int, world_size: int, port: int, steps: int, slow_rank: int, slow_s: float,
+           layers: int, width: int, batch: int, bucket_mb: float, device: str, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    cuda = device == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size)
+    dev = torch.device(f"cuda:{rank % max(1, torch.cuda.device_count())}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
+    torch.manual_seed(0)
+    blocks = [m for _ in range(layers) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())]
+    model = DDP(torch.nn.Sequential(*blocks).to(dev), bucket_cap_mb=bucket_mb)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    n = batch * (steps + 2)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(n, width), torch.randn(n, width)), batch_size=batch)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    for phase in ["balanced"] + ([] if slow_rank < 0 else ["one_slow"]):
+        slow = phase == "one_slow" and rank == slow_rank
+        with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=steps)) as prof:
+            for x, y in loader:
+                if slow:
+                    time.sleep(slow_s)  # the straggler: Python-side work before the forward
+                x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                prof.step()
+        Path(out, phase).mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(Path(out, phase, f"rank{rank}.json.gz")))
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="one rank of helpers.timeline.record_ddp")
+    for name, typ in [("rank", int), ("world-size", int), ("port", int), ("steps", int),
+                      ("slow-rank", int), ("slow-s", float), ("layers", int), ("width", int),
+                      ("batch", int), ("bucket-mb", float), ("device", str), ("out", str)]:
+        p.add_argument(f"--{name}", type=typ, required=True)
+    _train(**vars(p.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

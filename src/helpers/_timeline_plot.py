@@ -1,0 +1,101 @@
+"""Gantt-style pictures of a timeline: one row per rank and thread / CUDA stream."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ._intervals import clip, merge_intervals
+from ._schedule import PipelineSchedule
+from ._trace import COMM_KERNEL_RE, CPU_COMM_RE, DATA_RE, NOT_COMPUTE_RE, Trace
+
+COLOURS = {"compute": "tab:blue", "comm": "tab:orange", "data": "tab:green", "other": "tab:gray",
+           "step": "lightgray"}
+
+
+def _kind(e: Any) -> str | None:
+    if e.stream is not None:
+        if COMM_KERNEL_RE.match(e.name):
+            return "comm"
+        return "other" if NOT_COMPUTE_RE.match(e.name) else "compute"
+    if DATA_RE.search(e.name):
+        return "data"
+    if CPU_COMM_RE.match(e.name):
+        return "comm"
+    if e.name.startswith("ProfilerStep#"):
+        return "step"
+    return "compute" if e.cat == "cpu_op" else None
+
+
+def _rows(trace: Trace, start: float, end: float) -> dict[str, dict[str, list]]:
+    rows: dict[str, dict[str, list]] = {}
+    gpu = trace.is_gpu
+    for e in trace.events:
+        if e.ts >= end or e.ts + e.dur <= start or e.cat == "gpu_user_annotation":
+            continue  # (annotations mirrored onto the GPU rows would duplicate the host ranges)
+        kind = _kind(e)
+        if kind is None or (gpu and e.stream is None and kind not in ("step", "data", "comm")):
+            continue
+        if e.stream is not None:
+            label = f"gpu {e.pid} · stream {e.stream}"
+        else:
+            label = trace.thread_names.get((e.pid, e.tid)) or f"thread {e.tid}"
+        rows.setdefault(label, {}).setdefault(kind, []).append((e.ts, e.ts + e.dur))
+    return rows
+
+
+def plot_timeline(traces: Trace | Sequence[Trace], start_us: float | None = None,
+                  end_us: float | None = None, ax: Any = None, title: str = "") -> Any:
+    """Draw each rank's threads and CUDA streams as rows of coloured bars: compute (blue),
+    communication (orange), data loading (green), other device work (grey); grey blocks on
+    top mark the profiler steps. Times in ms from the first step. Returns the axes."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    traces = [traces] if isinstance(traces, Trace) else list(traces)
+    starts = [s.ts for t in traces for s in t.steps()] or [t.events[0].ts for t in traces if t.events]
+    if not starts:
+        raise ValueError("plot_timeline: the traces hold no events")
+    t0 = min(starts)
+    lo = t0 if start_us is None else t0 + start_us
+    hi = end_us + t0 if end_us is not None else max(e.ts + e.dur for t in traces for e in t.events)
+    labels, bars = [], []
+    for t in traces:
+        for label, kinds in sorted(_rows(t, lo, hi).items(), key=lambda kv: "step" not in kv[1]):
+            labels.append(f"rank {t.rank} · {label}")
+            bars.append({k: merge_intervals(clip(v, lo, hi)) for k, v in kinds.items()})
+    if ax is None:
+        _, ax = plt.subplots(figsize=(11, 0.45 * len(labels) + 1.2))
+    for row, kinds in enumerate(bars):
+        for kind, spans in kinds.items():
+            height, y = (0.14, row - 0.47) if kind == "step" else (0.6, row - 0.3)  # steps: a band on top
+            ax.broken_barh([((s - t0) / 1e3, (e - s) / 1e3) for s, e in spans], (y, height),
+                           facecolor=COLOURS[kind], edgecolor="black" if kind == "step" else "none",
+                           linewidth=0.5)
+    present = {k for kinds in bars for k in kinds}
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items() if k in present],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("time from the first profiled step (ms); steps are the outlined bands on top")
+    ax.set_title(title or "timeline")
+    return ax
+
+
+def plot_pipeline(sched: PipelineSchedule, ax: Any = None) -> Any:
+    """Draw a simulated pipeline: forwards light, backwards dark, the white gaps are the bubble."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.5 * sched.stages + 1.2))
+    for s, ops in enumerate(sched.ops):
+        for start, end, kind, mb in ops:
+            ax.broken_barh([(start, end - start)], (s - 0.4, 0.8), edgecolor="black", linewidth=0.4,
+                           color="tab:cyan" if kind == "F" else "tab:purple")
+            ax.text((start + end) / 2, s, f"{kind}{mb}", ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(sched.stages), [f"stage {s}" for s in range(sched.stages)])
+    ax.invert_yaxis()
+    ax.set_xlabel("time (units of one forward)")
+    ax.set_title(f"{sched.schedule}: {sched.stages} stages × {sched.microbatches} microbatches, "
+                 f"bubble {sched.bubble_fraction:.0%}")
+    return ax

@@ -1,0 +1,413 @@
+"""Chapter 4 — reading the timeline: from a profiler trace to where each step's time went.
+
+* :func:`load_trace` reads Kineto / ``torch.profiler`` chrome traces (CPU-only or GPU, one
+  file or one file per rank).
+* Interval algebra (:func:`merge_intervals`, :func:`overlap`, :func:`exposed`, ...) is the
+  arithmetic behind every number here.
+* :func:`step_breakdown` splits each step's wall time into compute, exposed communication,
+  other device work and idle gaps (data-loader wait + host overhead); :func:`classify`
+  names the bottleneck with its evidence.
+* :func:`temporal_breakdown` and :func:`comm_comp_overlap` follow the definitions of
+  PyTorch's Holistic Trace Analysis (HTA 0.5.0) on GPU traces, so the figures agree with it.
+* Cost models (α + bytes/bandwidth, ring all-reduce, buckets) and a pipeline simulator come
+  from :mod:`helpers._schedule`; the Gantt plot from :mod:`helpers._timeline_plot`; the
+  2-process gloo recorder from :mod:`helpers._ddp`.
+
+Times in traces are microseconds; breakdown fields say their unit in their name.
+Benchmark against HTA: ``python -m helpers.timeline bench TRACE [--hta-python PY]``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from importlib import resources
+from pathlib import Path
+
+from ._ddp import record_ddp
+from ._intervals import (
+    _merge,
+    clip,
+    cut,
+    exposed,
+    gaps,
+    intersect,
+    merge_intervals,
+    overlap,
+    subtract,
+    union_length,
+)
+from ._schedule import (
+    PipelineSchedule,
+    alpha_beta_time,
+    bubble_fraction,
+    bucket_sizes,
+    bucketed_allreduce_time,
+    max_saving,
+    min_exposed,
+    min_microbatches,
+    overlapped_backward,
+    ring_allreduce_time,
+    simulate_pipeline,
+)
+from ._timeline_plot import plot_pipeline, plot_timeline
+from ._trace import (
+    COMM_KERNEL_RE,
+    CPU_COMM_RE,
+    DATA_RE,
+    NOT_COMPUTE_RE,
+    Event,
+    Trace,
+    read_trace,
+    trace_files,
+)
+
+__all__ = [
+    "Event", "Trace", "load_trace", "example_traces", "record_ddp",
+    "merge_intervals", "union_length", "intersect", "subtract", "clip", "overlap", "exposed", "gaps",
+    "StepBreakdown", "step_breakdown", "mean_step", "Verdict", "classify", "straggler", "rank_table",
+    "TemporalBreakdown", "temporal_breakdown", "comm_comp_overlap",
+    "alpha_beta_time", "ring_allreduce_time", "bucket_sizes", "bucketed_allreduce_time",
+    "overlapped_backward", "min_exposed", "max_saving", "bubble_fraction", "min_microbatches",
+    "PipelineSchedule", "simulate_pipeline", "plot_timeline", "plot_pipeline", "intervals", "cut",
+]
+
+
+def load_trace(path: str | Path | Sequence[str | Path]) -> Trace | list[Trace]:
+    """Read a ``torch.profiler`` chrome trace (``.json`` / ``.json.gz``).
+
+    A file gives one :class:`Trace`; a folder or a list of files gives one trace per rank,
+    sorted by rank. Missing or damaged files raise a one-line error saying what to do.
+    """
+    if isinstance(path, (list, tuple)):
+        if not path:
+            raise ValueError("load_trace got an empty list; pass a file, a folder or a list of files")
+        traces = [read_trace(p) for p in path]
+    elif Path(path).is_dir():
+        traces = [read_trace(p) for p in trace_files(Path(path))]
+    else:
+        return read_trace(path)
+    return sorted(traces, key=lambda t: (t.rank is None, t.rank if t.rank is not None else 0, t.path))
+
+
+def example_traces(name: str = "ddp_balanced") -> list[Path]:
+    """Paths of the traces shipped with the package (example data recorded by this project with
+    :func:`record_ddp` on a 2-core CPU VM, torch 2.13, gloo): ``"ddp_balanced"`` or
+    ``"ddp_one_slow"`` (one rank sleeps 30 ms per step; which one is for you to find)."""
+    folder = resources.files("helpers") / "data"
+    found = sorted(Path(str(p)) for p in folder.iterdir() if p.name.startswith(f"timeline_{name}_rank"))
+    if not found:
+        raise FileNotFoundError(f"no shipped example traces called {name!r}; "
+                                "use 'ddp_balanced' or 'ddp_one_slow'")
+    return found
+
+
+# --------------------------------------------------------------------------- classification
+
+def _cpu_threads(trace: Trace) -> set:
+    """The training thread(s): those that own the steps, else the busiest cpu_op thread."""
+    owners = {(e.pid, e.tid) for e in trace.steps()}
+    if owners:
+        return owners
+    busy: dict = {}
+    for e in trace.events:
+        if e.cat == "cpu_op":
+            busy[(e.pid, e.tid)] = busy.get((e.pid, e.tid), 0.0) + e.dur
+    return {max(busy, key=busy.get)} if busy else set()
+
+
+def _classes(trace: Trace) -> tuple[str, dict[str, list[tuple[float, float]]]]:
+    """Merged intervals per class — compute, comm, other (device work), data (host ranges) —
+    computed once per trace."""
+    if "classes" in trace.cache:
+        return trace.cache["classes"]
+    iv: dict[str, list[tuple[float, float]]] = {"compute": [], "comm": [], "other": [], "data": []}
+    gpu = trace.is_gpu
+    main = set() if gpu else _cpu_threads(trace)
+    for e in trace.events:
+        span = (e.ts, e.ts + e.dur)
+        if e.stream is not None:
+            if COMM_KERNEL_RE.match(e.name):
+                iv["comm"].append(span)
+            elif NOT_COMPUTE_RE.match(e.name):
+                iv["other"].append(span)
+            else:
+                iv["compute"].append(span)
+        elif DATA_RE.search(e.name):
+            iv["data"].append(span)
+        elif not gpu and CPU_COMM_RE.match(e.name):
+            iv["comm"].append(span)
+        elif not gpu and e.cat == "cpu_op" and (e.pid, e.tid) in main:
+            iv["compute"].append(span)
+    iv = {k: _merge(v) for k, v in iv.items()}
+    if not gpu:  # on a CPU the operators of the data loader are data loading, not model compute
+        iv["compute"] = subtract(iv["compute"], iv["data"])
+    trace.cache["classes"] = ("gpu" if gpu else "cpu"), iv
+    return trace.cache["classes"]
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Where one step's wall time went, in microseconds.
+
+    ``duration = compute + exposed_comm + other + idle`` and ``idle = data_wait + host_overhead``.
+    On a GPU trace "the device" is the GPU streams; on a CPU trace it is the training thread's
+    operators plus the collectives running on the backend's threads.
+    """
+
+    step: str
+    rank: int | None
+    basis: str  # "gpu" or "cpu"
+    start_us: float
+    duration_us: float
+    compute_us: float  # union of computation (kernels / operators)
+    communication_us: float  # union of collectives
+    exposed_comm_us: float  # collectives not under computation
+    other_us: float  # memcpy / memset / sync not under compute or communication
+    idle_us: float  # nothing running on the device
+    data_wait_us: float  # idle while a data-loader range is open on the host
+    host_overhead_us: float  # the rest of idle: the device waits on the host (Python, launches)
+    bubble_us: float = 0.0  # pipeline idle; filled by simulations, not measurable in one trace
+
+    def shares(self) -> dict[str, float]:
+        """Fractions of the step: compute, exposed communication, data wait, host overhead, bubble."""
+        d = self.duration_us or math.nan
+        return {"compute": self.compute_us / d, "exposed_comm": self.exposed_comm_us / d,
+                "data_wait": self.data_wait_us / d, "host_overhead": self.host_overhead_us / d,
+                "bubble": self.bubble_us / d}
+
+    def __str__(self) -> str:
+        ms = lambda us: f"{us / 1e3:7.2f}"  # noqa: E731
+        return (f"{self.step:>16} rank {self.rank}: step {ms(self.duration_us)} ms | compute "
+                f"{ms(self.compute_us)} | comm {ms(self.communication_us)} (exposed "
+                f"{ms(self.exposed_comm_us)}) | data {ms(self.data_wait_us)} | host "
+                f"{ms(self.host_overhead_us)} | other {ms(self.other_us)}")
+
+
+def _window(trace: Trace, iv: dict, basis: str, name: str, start: float, end: float) -> StepBreakdown:
+    part = {k: cut(v, start, end) for k, v in iv.items()}
+    compute, comm = part["compute"], part["comm"]
+    busy = _merge(compute + comm + part["other"])
+    idle = gaps(busy, start, end)
+    idle_us, data_us = union_length(idle), overlap(idle, part["data"])
+    return StepBreakdown(name, trace.rank, basis, start, end - start, union_length(compute),
+                         union_length(comm), exposed(comm, compute),
+                         union_length(subtract(part["other"], compute + comm)), idle_us, data_us,
+                         idle_us - data_us)
+
+
+def step_breakdown(trace: Trace, step_pattern: str | None = None) -> list[StepBreakdown]:
+    """One :class:`StepBreakdown` per step (``ProfilerStep#N`` or annotated steps; the whole
+    trace as one window when there are none). A step's window is its wall-clock span on the
+    host; device work launched in one step but running after it counts in the next window."""
+    if not isinstance(trace, Trace):
+        raise TypeError("step_breakdown takes one Trace; for several ranks loop over them")
+    basis, iv = _classes(trace)
+    steps = trace.steps(step_pattern)
+    if not trace.events:
+        raise ValueError(f"{trace.path} holds no complete events: nothing to break down")
+    windows = [(s.name, s.ts, s.end) for s in steps] or [
+        ("whole trace", trace.events[0].ts, max(e.end for e in trace.events))]
+    return [_window(trace, iv, basis, *w) for w in windows]
+
+
+def mean_step(breakdowns: Sequence[StepBreakdown]) -> StepBreakdown:
+    """The average step of several (fields averaged), named after the first and last."""
+    if not breakdowns:
+        raise ValueError("mean_step needs at least one StepBreakdown")
+    avg = {f.name: statistics.fmean(getattr(b, f.name) for b in breakdowns)
+           for f in fields(StepBreakdown) if f.name.endswith("_us")}
+    first = breakdowns[0]
+    name = first.step if len(breakdowns) == 1 else f"mean of {len(breakdowns)}"
+    return StepBreakdown(name, first.rank, first.basis, **avg)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A bottleneck class with the shares that decided it."""
+
+    label: str
+    evidence: dict[str, float]
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.label}: {self.reason}"
+
+
+LABELS = {"exposed_comm": "communication-bound", "data_wait": "data-bound",
+          "host_overhead": "host-bound", "bubble": "pipeline-bubble"}
+
+
+def classify(step: StepBreakdown, threshold: float = 0.2) -> Verdict:
+    """Name a step's bottleneck: the largest waste among exposed communication, data wait,
+    host overhead and pipeline bubble, if it takes at least ``threshold`` of the step;
+    otherwise "compute-bound" (the device is mostly computing)."""
+    if not 0 < threshold < 1:
+        raise ValueError(f"threshold must be a fraction between 0 and 1, got {threshold!r}")
+    shares = step.shares()
+    worst = max(LABELS, key=lambda k: shares[k])
+    if shares[worst] >= threshold:
+        return Verdict(LABELS[worst], shares, f"{worst} takes {shares[worst]:.0%} of the step "
+                       f"(>= {threshold:.0%}); compute {shares['compute']:.0%}")
+    return Verdict("compute-bound", shares, f"no waste reaches {threshold:.0%} (largest: {worst} "
+                   f"{shares[worst]:.0%}); compute {shares['compute']:.0%}")
+
+
+def straggler(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]]) -> int:
+    """The slowest rank: the one with the most time of its own per step (step − exposed
+    communication). In synchronous data parallelism the others wait for it in the collective."""
+    if not breakdowns_by_rank:
+        raise ValueError("straggler needs breakdowns for at least one rank")
+    own = {r: statistics.fmean(b.duration_us - b.exposed_comm_us for b in bs)
+           for r, bs in breakdowns_by_rank.items()}
+    return max(own, key=own.get)
+
+
+def rank_table(traces: Sequence[Trace]) -> str:
+    """A per-rank table of mean step breakdowns, in milliseconds."""
+    lines = [f"{'rank':>4} {'steps':>5} {'step ms':>8} {'compute':>8} {'comm':>8} {'exposed':>8} "
+             f"{'data':>7} {'host':>7}  verdict"]
+    for t in traces:
+        bs = step_breakdown(t)
+        m = mean_step(bs)
+        lines.append(f"{t.rank!s:>4} {len(bs):>5} {m.duration_us / 1e3:8.2f} {m.compute_us / 1e3:8.2f} "
+                     f"{m.communication_us / 1e3:8.2f} {m.exposed_comm_us / 1e3:8.2f} "
+                     f"{m.data_wait_us / 1e3:7.2f} {m.host_overhead_us / 1e3:7.2f}  {classify(m).label}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- HTA definitions
+
+@dataclass(frozen=True)
+class TemporalBreakdown:
+    """HTA's temporal breakdown: shares of "kernel time" (first device event start to last end)."""
+
+    basis: str  # "gpu kernels" (HTA's definition) or "cpu threads" (the CPU analogue)
+    kernel_time_us: float
+    idle_us: float
+    compute_us: float
+    non_compute_us: float
+    rank: int | None = None
+
+    def _pct(self, us: float) -> float:
+        return round(100 * us / self.kernel_time_us, 2)
+
+    @property
+    def idle_pct(self) -> float:
+        return self._pct(self.idle_us)
+
+    @property
+    def compute_pct(self) -> float:
+        return self._pct(self.compute_us)
+
+    @property
+    def non_compute_pct(self) -> float:
+        return self._pct(self.non_compute_us)
+
+    def __str__(self) -> str:
+        return (f"rank {self.rank} ({self.basis}): kernel time {self.kernel_time_us:,.0f} µs | idle "
+                f"{self.idle_pct:.2f}% | compute {self.compute_pct:.2f}% | non-compute "
+                f"{self.non_compute_pct:.2f}%")
+
+
+def _hta_device_intervals(trace: Trace) -> tuple[list, list, list]:
+    """(all, compute, comm) device intervals with HTA's rounding and steady-state filter."""
+    steps = [s for s in trace.steps() if s.name.startswith("ProfilerStep")]
+    keep = None
+    if len(steps) >= 2:  # drop the last step: keep kernels launched before it starts
+        last = math.ceil(max(s.ts for s in steps))
+        # ceil(ts) < last  <=>  ts <= last - 1, for an integer `last`
+        keep = {e.correlation for e in trace.events
+                if e.stream is None and e.correlation is not None and e.ts <= last - 1}
+    every, compute, comm = [], [], []
+    ceil, floor = math.ceil, math.floor
+    for e in trace.events:
+        if e.stream is None or (keep is not None and e.correlation not in keep):
+            continue
+        start = ceil(e.ts)  # HTA rounds a start up and an end down to whole microseconds
+        span = (start, max(start, floor(e.ts + e.dur)))
+        every.append(span)
+        if COMM_KERNEL_RE.match(e.name):
+            comm.append(span)
+        elif not NOT_COMPUTE_RE.match(e.name):
+            compute.append(span)
+    return every, compute, comm
+
+
+def _cpu_device_intervals(trace: Trace) -> tuple[list, list, list]:
+    """The CPU analogue: the training thread's operators and the collectives, within the steps."""
+    _, iv = _classes(trace)
+    steps = trace.steps()
+    if steps:
+        start, end = min(s.ts for s in steps), max(s.end for s in steps)
+        iv = {k: cut(v, start, end) for k, v in iv.items()}
+    return iv["compute"] + iv["comm"], iv["compute"], iv["comm"]
+
+
+def _device_intervals(trace: Trace) -> tuple[str, list, list, list]:
+    if "device" not in trace.cache:
+        if trace.is_gpu:
+            trace.cache["device"] = ("gpu kernels", *_hta_device_intervals(trace))
+        else:
+            every, compute, comm = _cpu_device_intervals(trace)
+            if not every:
+                raise ValueError(f"{Path(trace.path).name} has neither GPU kernels nor CPU operators: "
+                                 "record it with torch.profiler (activities CPU and, on a GPU, CUDA)")
+            trace.cache["device"] = ("cpu threads", every, compute, comm)
+    return trace.cache["device"]
+
+
+def temporal_breakdown(trace: Trace | Sequence[Trace]) -> TemporalBreakdown | list[TemporalBreakdown]:
+    """Idle / compute / non-compute time as HTA defines it.
+
+    kernel time = last device event end − first start; idle = kernel time − |union of device
+    events|; compute = |union of computation kernels|; non-compute = the rest. On a CPU-only
+    trace (where HTA itself fails) the same rules run over the training thread's operators and
+    the collectives (``basis = "cpu threads"``).
+    """
+    if not isinstance(trace, Trace):
+        return [temporal_breakdown(t) for t in trace]
+    basis, every, compute, _ = _device_intervals(trace)
+    if not every:
+        raise ValueError(f"{Path(trace.path).name}: no device events left after HTA's steady-state "
+                         "filter (is the last ProfilerStep the only one with kernels?)")
+    span = max(e for _, e in every) - min(s for s, _ in every)
+    busy, comp = union_length(every), union_length(compute)
+    idle = span - busy
+    return TemporalBreakdown(basis, span, idle, comp, span - comp - idle, trace.rank)
+
+
+def comm_comp_overlap(trace: Trace | Sequence[Trace]) -> float | dict[int | None, float]:
+    """HTA's communication/computation overlap, in percent (2 decimals): the time when
+    communication and computation run together ÷ the communication time."""
+    if not isinstance(trace, Trace):
+        return {t.rank: comm_comp_overlap(t) for t in trace}
+    _, _, compute, comm = _device_intervals(trace)
+    total = union_length(comm)
+    if total == 0:
+        raise ValueError(f"{Path(trace.path).name} holds no communication (no NCCL kernels, no "
+                         "gloo/c10d collectives): overlap is undefined for a single-process run")
+    return round(100 * overlap(comm, compute) / total, 2)
+
+
+def intervals(trace: Trace, kind: str, step: int | None = None) -> list[tuple[float, float]]:
+    """The intervals of one class — "compute", "comm", "other" or "data" — already merged
+    (disjoint, sorted), optionally cut to step ``step`` (0-based index into ``trace.steps()``),
+    in microseconds."""
+    _, iv = _classes(trace)
+    if kind not in iv:
+        raise ValueError(f"kind must be one of {sorted(iv)}, got {kind!r}")
+    if step is None:
+        return list(iv[kind])  # a copy: the cached lists must not be changed by the caller
+    steps = trace.steps()
+    if not 0 <= step < len(steps):
+        raise IndexError(f"step {step} out of range: the trace has {len(steps)} steps")
+    return cut(iv[kind], steps[step].ts, steps[step].end)
+
+
+if __name__ == "__main__":
+    from ._timeline_bench import main
+
+    raise SystemExit(main())

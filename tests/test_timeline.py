@@ -1,0 +1,339 @@
+"""Timeline helpers (chapter 4) against hand calculations and against HTA 0.5.0's figures on two
+real multi-GPU NCCL traces (../shared/traces/README.md)."""
+
+import gzip
+import json
+import math
+
+import pytest
+from conftest import SHARED_TRACES
+
+from helpers import timeline as tl
+
+# HTA 0.5.0 on the shared traces: idle %, compute %, non-compute %, kernel time µs, overlap %
+HTA = {
+    "gpu_128rank_sampled_rank1.json.gz": (54.72, 22.57, 22.72, 600674, 20.05),
+    "gpu_a100_2rank_rank0.json.gz": (77.78, 17.26, 4.97, 435586, 14.31),
+}
+
+
+# ---------------------------------------------------------------- interval algebra by hand
+
+def test_merge_intervals_joins_overlapping_and_touching_and_sorts():
+    assert tl.merge_intervals([(5, 7), (0, 2), (1, 3), (3, 4), (6, 6)]) == [(0, 4), (5, 7)]
+    assert tl.merge_intervals([]) == []
+    assert tl.union_length([(0, 10), (2, 3), (9, 12)]) == 12
+
+
+def test_overlap_exposed_subtract_by_hand():
+    comm = [(0, 10), (20, 30)]
+    compute = [(5, 25)]
+    assert tl.intersect(comm, compute) == [(5, 10), (20, 25)]
+    assert tl.overlap(comm, compute) == 10
+    assert tl.exposed(comm, compute) == 10  # 0-5 and 25-30
+    assert tl.subtract(comm, compute) == [(0, 5), (25, 30)]
+    assert tl.exposed([(0, 4), (2, 6)], []) == 6  # overlapping comm counted once
+    assert tl.gaps([(1, 2), (4, 5)], 0, 6) == [(0, 1), (2, 4), (5, 6)]
+
+
+def test_cut_equals_clip_of_a_union():
+    merged = tl.merge_intervals([(0, 3), (5, 9), (12, 20)])
+    for lo, hi in [(1, 6), (3, 5), (-5, 100), (8, 13), (20, 30)]:
+        assert tl.cut(merged, lo, hi) == tl.merge_intervals(tl.clip(merged, lo, hi))
+
+
+def test_bad_intervals_are_one_line_errors():
+    with pytest.raises(ValueError, match="ends before it starts"):
+        tl.merge_intervals([(3, 1)])
+    with pytest.raises(ValueError, match=r"\(start, end\) pair"):
+        tl.union_length([5])
+
+
+# ---------------------------------------------------------------- cost models by hand
+
+def test_alpha_beta_and_ring_allreduce_by_hand():
+    assert tl.alpha_beta_time(1e6, 10e-6, 1e9) == pytest.approx(10e-6 + 1e-3)
+    # 4 ranks: 2*(4-1) = 6 steps of (10 µs + 250 kB / 1 GB/s = 250 µs) = 1.56 ms
+    assert tl.ring_allreduce_time(1e6, 4, 10e-6, 1e9) == pytest.approx(6 * 260e-6)
+    assert tl.ring_allreduce_time(1e6, 1, 10e-6, 1e9) == 0.0
+    with pytest.raises(ValueError):
+        tl.ring_allreduce_time(1e6, 0, 1e-6, 1e9)
+
+
+def test_small_buckets_pay_alpha_many_times():
+    assert tl.bucket_sizes(10, 4) == [4, 4, 2]
+    one = tl.bucketed_allreduce_time(100e6, 100e6, 8, 20e-6, 10e9)
+    many = tl.bucketed_allreduce_time(100e6, 1e6, 8, 20e-6, 10e9)
+    # same bytes, 99 extra buckets each paying 2(n-1) = 14 alphas
+    assert many - one == pytest.approx(99 * 14 * 20e-6)
+
+
+def test_overlapped_backward_one_big_bucket_is_fully_exposed():
+    comm = tl.ring_allreduce_time(100e6, 8, 20e-6, 10e9)
+    end, exposed_s = tl.overlapped_backward(0.1, 100e6, 100e6, 8, 20e-6, 10e9)
+    assert exposed_s == pytest.approx(comm) and end == pytest.approx(0.1 + comm)
+    _, medium = tl.overlapped_backward(0.1, 100e6, 10e6, 8, 20e-6, 10e9)
+    assert medium < exposed_s  # buckets start during backward
+
+
+def test_seed_000_worked_example():
+    # backward 40 ms, first 30 ms can hide communication, communication 35 ms
+    assert tl.min_exposed(35, 30) == 5
+    assert tl.max_saving(35, 20, 30) == 5  # not 15
+    assert tl.max_saving(50, 40, 30) == 10
+    assert tl.min_exposed(20, 30) == 0
+
+
+def test_pipeline_bubble_formula_and_simulation_agree():
+    assert tl.bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    assert tl.bubble_fraction(1, 5) == 0
+    for schedule in ("gpipe", "1f1b"):
+        for p, m in [(2, 1), (4, 4), (4, 8), (3, 7)]:
+            sim = tl.simulate_pipeline(p, m, schedule)
+            assert sim.bubble_fraction == pytest.approx(tl.bubble_fraction(p, m))
+            assert sim.makespan == pytest.approx((m + p - 1) * 3.0)
+
+
+def test_1f1b_warms_up_with_p_minus_stage_minus_one_forwards():
+    sim = tl.simulate_pipeline(4, 8, "1f1b")
+    kinds = ["".join(op[2] for op in ops[:5]) for ops in sim.ops]
+    assert kinds == ["FFFFB", "FFFBF", "FFBFB", "FBFBF"]
+
+
+def test_min_microbatches():
+    assert tl.min_microbatches(4, 0.25) == 9  # 3/(9+3) = 0.25
+    assert tl.bubble_fraction(4, 8) > 0.25
+    assert tl.min_microbatches(8, 0.1) == 63
+    with pytest.raises(ValueError):
+        tl.min_microbatches(4, 0)
+
+
+# ---------------------------------------------------------------- loading
+
+def _write(path, events, **top):
+    with gzip.open(path, "wt") as fh:
+        json.dump({"traceEvents": events, **top}, fh)
+    return path
+
+
+def test_missing_and_damaged_files_are_one_line_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="trace file not found"):
+        tl.load_trace(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    with pytest.raises(ValueError, match="not a readable JSON chrome trace") as err:
+        tl.load_trace(bad)
+    assert "\n" not in str(err.value)
+    (tmp_path / "other.json").write_text('{"hello": 1}')
+    with pytest.raises(ValueError, match="no 'traceEvents'"):
+        tl.load_trace(tmp_path / "other.json")
+    gz = tmp_path / "trunc.json.gz"
+    gz.write_bytes(gzip.compress(b'{"traceEvents": []}')[:-6])
+    with pytest.raises(ValueError, match="not a readable"):
+        tl.load_trace(gz)
+    with pytest.raises(ValueError, match="no numeric"):
+        tl.load_trace(_write(tmp_path / "x.json.gz", [{"ph": "X", "name": "a", "ts": "late"}]))
+    (tmp_path / "d").mkdir()
+    with pytest.raises(FileNotFoundError, match="no .json"):
+        tl.load_trace(tmp_path / "d")
+
+
+def _cpu_rank(rank, slow):
+    """A tiny hand-made CPU trace: one step of 100 µs; comm 40-90 on a gloo thread."""
+    main, gloo = 1, 2
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "ts": 0, "dur": 100,
+           "pid": 9, "tid": main},
+          {"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#_Iter.__next__",
+           "ts": 0, "dur": 10, "pid": 9, "tid": main},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::stack", "ts": 2, "dur": 5, "pid": 9, "tid": main},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 20 + slow, "dur": 40, "pid": 9,
+           "tid": main},
+          {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 60 + slow, "dur": 1, "pid": 9,
+           "tid": main},
+          {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 40, "dur": 50,
+           "pid": 9, "tid": gloo},
+          {"ph": "M", "name": "thread_name", "pid": 9, "tid": gloo, "args": {"name": "gloo"}}]
+    return ev, {"distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"}}
+
+
+def test_cpu_step_breakdown_by_hand(tmp_path):
+    ev, top = _cpu_rank(1, 0)
+    t = tl.load_trace(_write(tmp_path / "r1.json.gz", ev, **top))
+    assert not t.is_gpu and t.rank == 1 and t.backend == "gloo"
+    (b,) = tl.step_breakdown(t)
+    assert b.step == "ProfilerStep#7" and b.duration_us == 100
+    assert b.compute_us == 40  # addmm 20-60; aten::stack is inside the data loader
+    assert b.communication_us == 50  # gloo 40-90 ∪ c10d 60-61 (inside it)
+    assert b.exposed_comm_us == 30  # 60-90
+    assert b.idle_us == 30 and b.data_wait_us == 10 and b.host_overhead_us == 20  # 0-20, 90-100
+    assert b.compute_us + b.exposed_comm_us + b.other_us + b.idle_us == pytest.approx(b.duration_us)
+    verdict = tl.classify(b)
+    assert verdict.label == "communication-bound" and verdict.evidence["exposed_comm"] == 0.3
+
+
+def test_folder_of_ranks_sorted_by_rank_and_straggler(tmp_path):
+    for rank, slow in [(1, 0), (0, 25)]:
+        ev, top = _cpu_rank(rank, slow)
+        _write(tmp_path / f"trace_{1 - rank}.json.gz", ev, **top)
+    traces = tl.load_trace(tmp_path)
+    assert [t.rank for t in traces] == [0, 1]
+    by_rank = {t.rank: tl.step_breakdown(t) for t in traces}
+    assert tl.straggler(by_rank) == 0  # rank 0 computes late: less of its step is exposed comm
+    assert "rank" in tl.rank_table(traces)
+
+
+def test_classify_rules():
+    def step(**us):
+        base = dict(step="s", rank=0, basis="gpu", start_us=0, duration_us=100, compute_us=0,
+                    communication_us=0, exposed_comm_us=0, other_us=0, idle_us=0, data_wait_us=0,
+                    host_overhead_us=0)
+        return tl.StepBreakdown(**{**base, **us})
+    assert tl.classify(step(compute_us=90, exposed_comm_us=10)).label == "compute-bound"
+    assert tl.classify(step(compute_us=50, data_wait_us=30, host_overhead_us=20)).label == "data-bound"
+    assert tl.classify(step(compute_us=40, host_overhead_us=35)).label == "host-bound"
+    assert tl.classify(step(compute_us=60, bubble_us=40)).label == "pipeline-bubble"
+    assert tl.classify(step(compute_us=85, exposed_comm_us=15), threshold=0.1).label == \
+        "communication-bound"
+
+
+# ---------------------------------------------------------------- HTA agreement on real traces
+
+@pytest.mark.parametrize("name", sorted(HTA))
+def test_temporal_breakdown_and_overlap_match_hta(name):
+    path = SHARED_TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} is not there (the shared traces sit beside the checkout)")
+    idle, compute, non_compute, kernel_us, overlap_pct = HTA[name]
+    t = tl.load_trace(path)
+    assert t.is_gpu
+    tb = tl.temporal_breakdown(t)
+    assert tb.basis == "gpu kernels"
+    assert abs(tb.idle_pct - idle) <= 0.5
+    assert abs(tb.compute_pct - compute) <= 0.5
+    assert abs(tb.non_compute_pct - non_compute) <= 0.5
+    assert tb.kernel_time_us == pytest.approx(kernel_us, rel=0.005)
+    assert abs(tl.comm_comp_overlap(t) - overlap_pct) <= 0.5
+    assert tl.comm_comp_overlap([t]) == {t.rank: tl.comm_comp_overlap(t)}
+
+
+@pytest.mark.parametrize("name", sorted(HTA))
+def test_gpu_step_breakdown_adds_up(name):
+    path = SHARED_TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} is not there")
+    t = tl.load_trace(path)
+    steps = tl.step_breakdown(t)
+    assert [s.step for s in steps] == [s.name for s in t.steps()]
+    for b in steps:
+        assert b.basis == "gpu" and b.duration_us > 0
+        total = b.compute_us + b.exposed_comm_us + b.other_us + b.idle_us
+        assert total == pytest.approx(b.duration_us, rel=1e-9)
+        assert b.exposed_comm_us <= b.communication_us
+        assert b.idle_us == pytest.approx(b.data_wait_us + b.host_overhead_us)
+        assert tl.classify(b).label in ("compute-bound", "communication-bound", "host-bound",
+                                        "data-bound", "pipeline-bubble")
+
+
+# ---------------------------------------------------------------- the traces this project ships
+
+def test_shipped_cpu_traces_load_and_show_the_straggler():
+    balanced = tl.load_trace(tl.example_traces("ddp_balanced"))
+    slow = tl.load_trace(tl.example_traces("ddp_one_slow"))
+    for traces in (balanced, slow):
+        assert [t.rank for t in traces] == [0, 1]
+        assert all(t.backend == "gloo" and not t.is_gpu and len(t.steps()) == 3 for t in traces)
+        for t in traces:
+            tb = tl.temporal_breakdown(t)
+            assert tb.basis == "cpu threads" and 0 < tb.compute_pct < 100
+            assert 0 <= tl.comm_comp_overlap(t) <= 100
+    by_rank = {t.rank: tl.step_breakdown(t) for t in slow}
+    late = tl.straggler(by_rank)
+    fast = 1 - late
+    exposed = {r: tl.mean_step(b).exposed_comm_us for r, b in by_rank.items()}
+    assert exposed[fast] > 2 * exposed[late]  # the fast rank waits in the all-reduce
+    assert tl.classify(tl.mean_step(by_rank[fast])).label == "communication-bound"
+
+
+def test_cpu_only_trace_without_anything_is_a_clear_error(tmp_path):
+    t = tl.load_trace(_write(tmp_path / "e.json.gz", [
+        {"ph": "X", "cat": "user_annotation", "name": "hello", "ts": 0, "dur": 5, "pid": 1, "tid": 1}]))
+    with pytest.raises(ValueError, match="neither GPU kernels nor CPU operators"):
+        tl.temporal_breakdown(t)
+    with pytest.raises(ValueError, match="overlap is undefined"):
+        ev, top = _cpu_rank(0, 0)
+        ev = [e for e in ev if "gloo" not in e.get("name", "") and "c10d" not in e.get("name", "")]
+        tl.comm_comp_overlap(tl.load_trace(_write(tmp_path / "nocomm.json.gz", ev, **top)))
+
+
+def test_plots_draw_rows_per_rank_and_stream():
+    import matplotlib
+    matplotlib.use("Agg")
+    traces = tl.load_trace(tl.example_traces("ddp_one_slow"))
+    ax = tl.plot_timeline(traces)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert any(lb.startswith("rank 0") for lb in labels) and any(lb.startswith("rank 1") for lb in labels)
+    ax2 = tl.plot_pipeline(tl.simulate_pipeline(4, 6))
+    assert len(ax2.get_yticklabels()) == 4
+    assert math.isclose(tl.simulate_pipeline(4, 6).bubble_fraction, 3 / 9)
+
+
+# ---------------------------------------------------------------- the live recorder (real processes)
+
+def test_record_ddp_two_gloo_ranks_with_a_straggler(tmp_path):
+    runs = tl.record_ddp(tmp_path, slow_rank=1, steps=2, layers=2, width=64, batch=16)
+    assert sorted(runs) == ["balanced", "one_slow"]
+    for paths in runs.values():
+        traces = tl.load_trace(paths)
+        assert [t.rank for t in traces] == [0, 1]
+        for t in traces:
+            assert t.backend == "gloo" and t.world_size == 2 and len(t.steps()) == 2
+            assert any(e.name.startswith("gloo:") for e in t.events)  # the collectives are there
+            assert all(b.communication_us > 0 for b in tl.step_breakdown(t))
+
+
+def test_record_ddp_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="slow_rank"):
+        tl.record_ddp(world_size=2, slow_rank=2)
+    with pytest.raises(ValueError, match="layers"):
+        tl.record_ddp(layers=0)
+    with pytest.raises(ValueError, match="device"):
+        tl.record_ddp(device="tpu")
+
+
+def test_annotated_steps_are_used_when_there_is_no_profiler_step(tmp_path):
+    ev = [{"ph": "X", "cat": "user_annotation", "name": f"train_step_{i:04d}", "ts": 100 * i, "dur": 90,
+           "pid": 1, "tid": 1} for i in range(3)]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 100 * i + 10, "dur": 50, "pid": 1,
+            "tid": 1} for i in range(3)]
+    t = tl.load_trace(_write(tmp_path / "a.json.gz", ev))
+    steps = tl.step_breakdown(t)
+    assert [s.step for s in steps] == ["train_step_0000", "train_step_0001", "train_step_0002"]
+    assert all(s.compute_us == 50 and s.host_overhead_us == 40 for s in steps)
+    assert tl.classify(steps[0]).label == "host-bound"
+    (whole,) = tl.step_breakdown(t, step_pattern="^nothing$")  # no match: the whole trace
+    assert whole.step == "whole trace" and whole.compute_us == 150
+
+
+def test_gantt_rows_include_cuda_streams():
+    import matplotlib
+    matplotlib.use("Agg")
+    path = SHARED_TRACES / "gpu_a100_2rank_rank0.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path} is not there")
+    ax = tl.plot_timeline(tl.load_trace(path))
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert any("stream" in lb for lb in labels)
+
+
+def test_intervals_of_a_class_per_step(tmp_path):
+    ev, top = _cpu_rank(0, 0)
+    t = tl.load_trace(_write(tmp_path / "r.json.gz", ev, **top))
+    assert tl.intervals(t, "comm") == [(40, 90)]
+    assert tl.intervals(t, "compute", step=0) == [(20, 60)]
+    assert tl.intervals(t, "data") == [(0, 10)]
+    tl.intervals(t, "comm").append((0, 1))  # a copy: the analysis is unchanged
+    assert tl.step_breakdown(t)[0].communication_us == 50
+    with pytest.raises(IndexError):
+        tl.intervals(t, "comm", step=3)
+    with pytest.raises(ValueError, match="kind must be"):
+        tl.intervals(t, "gpu")
