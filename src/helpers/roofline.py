@@ -262,9 +262,13 @@ class RooflineExplorer:
 
         r = self.current()
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        peak, bw, b = self._presets[self.preset.value]
+        matches = (math.isclose(self.peak.value * 1e12, peak, rel_tol=0.01)
+                   and math.isclose(self.bw.value * 1e12, bw, rel_tol=0.01) and self.b.value == b)
+        name = self.preset.value if matches else "custom roofs"  # sliders moved off the preset
         plot_roofline(self.peak.value * 1e12, self.bw.value * 1e12,
                       [(r.intensity, r.attainable, f"M={r.M}")], ax=ax,
-                      title=f"{self.preset.value}: K=N={self.K}, b={r.bytes_per_element}")
+                      title=f"{name}: K=N={self.K}, b={r.bytes_per_element}")
         plt.close(fig)
         return fig
 

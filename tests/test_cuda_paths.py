@@ -1,0 +1,469 @@
+"""The CUDA branches of ``helpers``, exercised on a CPU with a fake CUDA runtime.
+
+A GPU run (``scripts/gpu_check.sh``) is the real proof; these tests make sure that, until one
+happens and between runs, the logic of every CUDA path runs in CI: which timer is used (CUDA
+events, synchronised, never the host clock), when the memory peak is reset and read, which
+datasheet entry a GPU name maps to, which dtype and peak a GPU run uses, where NVTX and
+cudaProfilerStart/Stop calls go. The fake records what was called, in order; anything that
+allocates on the device is redirected to PyTorch's ``meta`` device (shapes only, no data).
+
+``test_every_cuda_function_is_covered`` lists the functions of ``src/helpers`` that touch
+``torch.cuda``; a new one fails it until it is given a test here (or a reason to skip).
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+
+from helpers import bench, env, hardware, mfu, models, nvtx
+from helpers.bench import Measurement
+
+
+class FakeGPU:
+    """A stand-in for the CUDA runtime: a device clock, timing events, a memory peak, a log."""
+
+    def __init__(self, name: str = "NVIDIA H200", total_memory: float = 141e9):
+        self.name, self.total_memory = name, total_memory
+        self.clock_ms = 0.0  # device time
+        self.tick_ms = 0.0  # device time every event record adds (work between two records)
+        self.allocated = self.peak = 0
+        self.log: list[str] = []
+
+    def work(self, ms: float, peak_bytes: int = 0) -> None:
+        """What one call of the timed function does on the device."""
+        self.clock_ms += ms
+        self.peak = max(self.peak, peak_bytes)
+        self.log.append("work")
+
+    def event(self, enable_timing: bool = False) -> FakeEvent:
+        return FakeEvent(self, enable_timing)
+
+    def install(self, monkeypatch) -> FakeGPU:
+        cuda = torch.cuda
+        monkeypatch.setattr(cuda, "is_available", lambda: True)
+        monkeypatch.setattr(cuda, "device_count", lambda: 1)
+        monkeypatch.setattr(cuda, "synchronize", lambda device=None: self.log.append("sync"))
+        monkeypatch.setattr(cuda, "Event", self.event)
+        monkeypatch.setattr(cuda, "reset_peak_memory_stats", self._reset)
+        monkeypatch.setattr(cuda, "max_memory_allocated", lambda device=None: self.peak)
+        monkeypatch.setattr(cuda, "get_device_name", lambda device=None: self.name)
+        monkeypatch.setattr(cuda, "get_device_properties", lambda device=0: types.SimpleNamespace(
+            name=self.name, total_memory=int(self.total_memory)))
+        monkeypatch.setattr(cuda, "manual_seed_all", lambda seed: None)
+        return self
+
+    def _reset(self, device=None) -> None:
+        self.peak = 0
+        self.log.append("reset_peak")
+
+
+class FakeEvent:
+    def __init__(self, gpu: FakeGPU, enable_timing: bool):
+        self.gpu, self.enable_timing = gpu, enable_timing
+        self.time_ms: float | None = None
+        self.synced = False
+
+    def record(self, stream=None) -> None:
+        self.gpu.clock_ms += self.gpu.tick_ms
+        self.time_ms = self.gpu.clock_ms
+        self.gpu.log.append("record")
+
+    def synchronize(self) -> None:
+        self.synced = True
+        self.gpu.log.append("event_sync")
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        # the real API's preconditions: timing enabled, both recorded, the end event complete
+        assert self.enable_timing and end.enable_timing, "events need enable_timing=True"
+        assert self.time_ms is not None and end.time_ms is not None, "event not recorded"
+        assert end.synced, "elapsed_time before the end event completed"
+        return end.time_ms - self.time_ms
+
+
+class HostClock:
+    """A host clock that moves 1 s per reading: a sample taken with it is obviously not device time."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+@pytest.fixture
+def gpu(monkeypatch) -> FakeGPU:
+    return FakeGPU().install(monkeypatch)
+
+
+def on_meta(monkeypatch) -> None:
+    """Tensors asked for on ``cuda`` are made on ``meta``: shapes and dtypes, no memory, no math."""
+    for name in ("randn", "empty", "zeros", "ones", "rand"):
+        original = getattr(torch, name)
+
+        def factory(*args, _original=original, device=None, **kwargs):
+            if device is not None and torch.device(device).type == "cuda":
+                device = "meta"
+            return _original(*args, device=device, **kwargs)
+
+        monkeypatch.setattr(torch, name, factory)
+
+
+# --------------------------------------------------------------------------- bench
+
+def test_auto_and_cuda_resolve_to_the_gpu_when_one_is_visible(gpu):
+    assert bench.resolve_device("auto") == torch.device("cuda")
+    assert bench.resolve_device("cuda:0") == torch.device("cuda:0")
+    assert bench.resolve_device(torch.device("cuda")) == torch.device("cuda")
+
+
+def test_synchronize_waits_on_cuda_only(gpu):
+    bench.synchronize(torch.device("cuda"))
+    bench.synchronize(torch.device("cpu"))
+    assert gpu.log == ["sync"]
+
+
+def test_measure_times_each_call_with_synchronised_cuda_events(gpu, monkeypatch):
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=HostClock()))
+    calls = iter([(50.0, 10_000), (9.0, 9_000), (2.0, 1_000), (3.0, 3_000), (4.0, 2_000)])
+    result = bench.measure(lambda: gpu.work(*next(calls)), warmup=2, iters=3, device="cuda")
+    # device time from the events (ms -> s), not the host clock (which moves 1 s per reading)
+    assert result.samples == pytest.approx([0.002, 0.003, 0.004])
+    assert result.median == pytest.approx(0.003) and result.device == "cuda"
+    assert result.first_call == pytest.approx(1.0)  # cold call: host clock around sync + call + sync
+    # the peak was reset after the cold and warm-up calls: only the timed calls count
+    assert result.peak_allocated_bytes == 3_000
+    log = gpu.log
+    assert log.index("reset_peak") > [i for i, e in enumerate(log) if e == "work"][1]
+    timed = log[log.index("reset_peak") + 1:]
+    assert timed == ["record", "work", "record", "event_sync"] * 3, timed
+
+
+def test_measure_with_an_injected_clock_uses_no_cuda_events(gpu, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "Event", lambda **kw: pytest.fail("no CUDA events with a clock"))
+    result = bench.measure(lambda: gpu.work(1.0, 500), warmup=1, iters=2, device="cuda",
+                           clock=HostClock(), sync=lambda: None)
+    assert result.samples == [1.0, 1.0]
+    assert result.peak_allocated_bytes == 500  # memory is still read on CUDA
+
+
+def test_profile_sync_events_counts_blocking_calls_and_drops_its_own_sync(gpu, monkeypatch):
+    import torch.profiler as tp
+
+    seen: dict = {}
+
+    class FakeProfile:
+        def __init__(self, activities):
+            seen["activities"] = activities
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def key_averages(self):
+            rows = [("cudaStreamSynchronize", 3), ("cudaDeviceSynchronize", 1), ("cudaMemcpyAsync", 3),
+                    ("aten::mm", 6), ("cudaLaunchKernel", 9), ("cudaEventSynchronize", 0)]
+            return [types.SimpleNamespace(key=k, count=c) for k, c in rows]
+
+    monkeypatch.setattr(tp, "profile", FakeProfile)
+    steps = []
+    counts = bench.profile_sync_events(lambda: steps.append(1), steps=3)
+    assert len(steps) == 3 and tp.ProfilerActivity.CUDA in seen["activities"]
+    assert counts == {"cudaStreamSynchronize": 3, "cudaMemcpyAsync": 3}
+
+
+# --------------------------------------------------------------------------- hardware / env
+
+@pytest.mark.parametrize("name,memory,entry", [
+    ("NVIDIA H200", 141e9, "H200"),
+    ("NVIDIA H100 80GB HBM3", 80e9, "H100 SXM"),
+    ("NVIDIA H100 PCIe", 80e9, "H100 PCIe"),
+    ("NVIDIA A100-SXM4-40GB", 40e9, "A100 40GB SXM"),
+    ("NVIDIA A100-SXM4-80GB", 80e9, "A100 80GB SXM"),
+    ("NVIDIA A100-SXM4", 85e9, "A100 80GB SXM"),  # name without size: the memory decides
+    ("Tesla T4", 15e9, "T4"),
+    ("NVIDIA L4", 23e9, "L4"),
+    ("NVIDIA GeForce RTX 4090", 24e9, None),  # not in the table: no datasheet peak
+])
+def test_detect_gpu_reads_the_device_properties(monkeypatch, name, memory, entry):
+    FakeGPU(name, memory).install(monkeypatch)
+    spec = hardware.detect_gpu()
+    assert (spec.name if spec else None) == entry
+
+
+def test_setup_on_a_known_gpu_prints_its_datasheet_peaks(gpu, capsys):
+    runtime = env.setup("auto")
+    out = capsys.readouterr().out
+    assert runtime.is_cuda and runtime.gpu is hardware.DEVICES["H200"]
+    assert runtime.gpu_name == "NVIDIA H200"
+    assert "GPU NVIDIA H200 -> table entry 'H200'" in out and "bf16 989.5" in out
+    assert "bandwidth 4.8 TB/s" in out and hardware.DEVICES["H200"].source in out
+
+
+def test_setup_on_an_unknown_gpu_says_there_is_no_datasheet_peak(monkeypatch, capsys):
+    FakeGPU("NVIDIA GeForce RTX 4090", 24e9).install(monkeypatch)
+    runtime = env.setup("cuda")
+    out = capsys.readouterr().out
+    assert runtime.gpu is None and runtime.gpu_name == "NVIDIA GeForce RTX 4090"
+    assert "is not in helpers.hardware.DEVICES" in out and "measure_device" in out
+
+
+@pytest.fixture
+def tf32_off():
+    """TF32 matmuls off for the test, and the setting put back after (it is process-global)."""
+    matmul = torch.backends.cuda.matmul
+    before, matmul.allow_tf32 = matmul.allow_tf32, False
+    yield
+    matmul.allow_tf32 = before
+
+
+@pytest.mark.parametrize("quick,n,mib", [(True, 4096, 512), (False, 8192, 2048)])
+def test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32(gpu, monkeypatch, tf32_off,
+                                                                        quick, n, mib):
+    on_meta(monkeypatch)
+    runs = []
+
+    def fake_measure(fn, *, warmup, iters, device):
+        out = fn()  # the real GEMM / copy expression, on meta tensors
+        runs.append((tuple(out.shape), out.dtype, torch.backends.cuda.matmul.allow_tf32, iters, device))
+        return Measurement([0.004, 0.002, 0.003], 0.1, str(device))
+
+    monkeypatch.setattr(hardware, "measure", fake_measure)
+    result = hardware.measure_device("cuda", quick=quick)
+    assert result.name == "NVIDIA H200" and result.gemm_n == n
+    assert list(result.gemm_flops) == ["fp32", "tf32", "bf16"]
+    gemms, copy = runs[:3], runs[3]
+    assert [(r[1], r[2]) for r in gemms] == [(torch.float32, False), (torch.float32, True),
+                                              (torch.bfloat16, False)]  # TF32 only for "tf32"
+    assert all(r[0] == (n, n) and r[3] == (5 if quick else 20) for r in gemms)
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # restored
+    assert result.gemm_flops["bf16"] == pytest.approx(2 * n**3 / 0.003)  # median, not min
+    assert copy[0] == (mib * 2**20 // 4,) and result.copy_bytes == 2 * mib * 2**20
+    assert result.copy_bandwidth == pytest.approx(2 * mib * 2**20 / 0.003)
+
+
+def test_measure_device_restores_tf32_when_a_gemm_fails(gpu, monkeypatch, tf32_off):
+    on_meta(monkeypatch)
+
+    def failing(fn, **kwargs):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(hardware, "measure", failing)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        hardware.measure_device("cuda", dtypes=["tf32"])
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
+# --------------------------------------------------------------------------- mfu / models
+
+def test_device_peak_on_a_known_gpu_is_the_dense_datasheet_figure(gpu, monkeypatch):
+    monkeypatch.setattr(hardware, "measure_device", lambda *a, **k: pytest.fail("must not measure"))
+    bf16 = mfu.device_peak("cuda", "bfloat16")
+    assert (bf16.flops, bf16.dtype, bf16.kind) == (989.5e12, "bf16", "datasheet")
+    assert "H200" in bf16.source and hardware.DEVICES["H200"].source in bf16.source
+    assert mfu.device_peak("cuda", "fp8").flops == 1979e12
+
+
+@pytest.mark.parametrize("gpu_name,dtype", [("NVIDIA GeForce RTX 4090", "bf16"),  # not in table
+                                            ("NVIDIA A100-SXM4-80GB", "fp8")])  # no such peak
+def test_device_peak_without_a_datasheet_figure_is_measured(monkeypatch, gpu_name, dtype):
+    FakeGPU(gpu_name, 80e9).install(monkeypatch)
+    run = Measurement([0.010, 0.008, 0.012], 0.5, "cuda")
+
+    def fake_measure_device(device, dtypes, quick):
+        result = hardware.MeasuredDevice(str(device), gpu_name, 4096)
+        result.gemm_runs[dtypes[0]] = run
+        result.gemm_flops[dtypes[0]] = 2 * 4096**3 / run.median
+        return result
+
+    monkeypatch.setattr(hardware, "measure_device", fake_measure_device)
+    peak = mfu.device_peak("cuda", dtype)
+    assert peak.kind == "measured" and peak.flops == pytest.approx(2 * 4096**3 / 0.008)  # fastest run
+    assert peak.spread == pytest.approx((0.012 - 0.008) / 0.010)
+
+
+def test_course_config_on_a_gpu_is_gpt2_small(gpu):
+    assert models.course_config("cuda", quick=True) == models.get_config("gpt2-small", seq_len=512)
+    assert models.course_config("auto", quick=False) == models.CONFIGS["gpt2-small"]
+
+
+def test_measure_training_on_a_gpu_uses_bf16_autocast_and_the_bf16_datasheet_peak(gpu, monkeypatch):
+    # The model and batch live on the CPU (this build has no CUDA); everything else takes the
+    # CUDA path: bf16 autocast, CUDA-event timing, the GPU's name and datasheet peak.
+    build, batch = models.build_model, models.make_batch
+    monkeypatch.setattr(models, "build_model", lambda cfg, dev: build(cfg, "cpu"))
+    monkeypatch.setattr(models, "make_batch", lambda cfg, b, s, dev: batch(cfg, b, s, "cpu"))
+    autocasts = []
+    real_autocast = torch.autocast
+    monkeypatch.setattr(torch, "autocast", lambda device_type, dtype: autocasts.append(dtype)
+                        or real_autocast("cpu", dtype=dtype))
+    gpu.tick_ms = 2.5  # each event record: 2.5 ms of device work -> 2.5 ms per timed step
+    run = mfu.measure_training("tiny", batch_size=2, seq_len=16, device="cuda", warmup=1, iters=2)
+    assert run.autocast == "bf16" and set(autocasts) == {torch.bfloat16}
+    assert run.step.samples == pytest.approx([0.0025, 0.0025])
+    assert run.peak.kind == "datasheet" and run.peak.flops == 989.5e12
+    assert run.device_name == "NVIDIA H200" and run.device == "cuda"
+    expected = mfu.model_flops_per_step(models.get_config("tiny"), 2, 16) / (0.0025 * 989.5e12)
+    assert run.mfu == pytest.approx(expected)
+
+
+# --------------------------------------------------------------------------- nvtx
+
+@pytest.fixture
+def torch_nvtx(monkeypatch):
+    """A CUDA build's NVTX: ``torch._C._nvtx`` exists and range_push/pop reach it."""
+    calls: list[tuple[str, str | None]] = []
+    monkeypatch.setattr(torch._C, "_nvtx", types.ModuleType("_nvtx"), raising=False)
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(("push", name)))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append(("pop", None)))
+    monkeypatch.setattr(nvtx, "_disabled", False)
+    nvtx.nvtx_backend.cache_clear()
+    yield calls
+    nvtx.nvtx_backend.cache_clear()
+
+
+def test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges(torch_nvtx):
+    assert nvtx.nvtx_backend() == "torch.cuda.nvtx"
+    with nvtx.annotate("step"), nvtx.annotate("forward"):
+        pass
+    assert torch_nvtx == [("push", "step"), ("push", "forward"), ("pop", None), ("pop", None)]
+    assert nvtx.try_torch_nvtx("probe").startswith("torch.cuda.nvtx.range_push worked")
+
+
+def test_a_failing_nvtx_call_disables_nvtx_but_not_the_range(torch_nvtx, monkeypatch):
+    def broken(name):
+        raise RuntimeError("NVTX functions not installed")
+
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", broken)
+    with nvtx.annotate("forward"):
+        pass
+    with nvtx.annotate("backward"):
+        pass
+    assert torch_nvtx == [] and nvtx._disabled  # no pop without a push; training went on
+
+
+def test_cuda_profiler_range_syncs_then_starts_and_stops_the_capture(gpu, monkeypatch):
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: gpu.log.append("profiler_start"))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: gpu.log.append("profiler_stop"))
+    window = nvtx.CudaProfilerRange(1, 2)
+    for step in range(4):
+        with window.step(step):
+            gpu.work(1.0)
+    assert gpu.log == ["work", "sync", "profiler_start", "work", "work", "sync", "profiler_stop", "work"]
+    assert window.events == ["step 1: cudaProfilerStart() called", "step 2: cudaProfilerStop() called"]
+
+
+def test_nvtx_demo_loop_runs_on_the_gpu_with_a_capture_window(gpu, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: gpu.log.append("profiler_start"))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: gpu.log.append("profiler_stop"))
+    asked, real_setup = [], nvtx.demo_setup
+    monkeypatch.setattr(nvtx, "demo_setup", lambda device, **kw: asked.append(device)
+                        or real_setup("cpu", **{**kw, "width": 16, "batch_size": 4}))
+    nvtx._demo_main(["--steps", "3", "--first", "1", "--last", "2"])
+    out = capsys.readouterr().out
+    assert asked == ["cuda"] and "3 steps on cuda" in out
+    assert "step 1: cudaProfilerStart() called" in out and "step 2: cudaProfilerStop() called" in out
+    assert gpu.log.count("profiler_start") == gpu.log.count("profiler_stop") == 1
+
+
+@pytest.mark.parametrize("failure", [None, RuntimeError("nsys: no CUDA events captured")])
+def test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples(gpu, monkeypatch,
+                                                                            tmp_path, failure):
+    from helpers import nsys
+
+    def fake_capture():
+        if failure:
+            raise failure
+        return nsys.Capture(tmp_path / "r.nsys-rep", tmp_path / "r.csv", tmp_path / "r.sqlite")
+
+    monkeypatch.setattr(nsys, "nsys_available", lambda: True)
+    monkeypatch.setattr(nsys, "capture_demo", fake_capture)
+    stats, sqlite, what = nsys.example_or_capture("compute")
+    if failure is None:
+        assert (stats, sqlite) == (tmp_path / "r.csv", tmp_path / "r.sqlite")
+        assert what.startswith("a real nsys capture")
+    else:
+        assert stats == nsys.example_path("compute", "stats") and what.startswith("EXAMPLE data")
+        assert "the nsys capture failed (nsys: no CUDA events captured)" in what
+    assert nsys.example_or_capture("compute", try_capture=False)[2].endswith("(quick mode)")
+
+
+# --------------------------------------------------------------------------- distributed
+
+def test_record_ddp_on_cuda_runs_ranks_as_fresh_processes(gpu, monkeypatch, tmp_path):
+    from helpers import _ddp
+
+    seen = {}
+    monkeypatch.setattr(_ddp, "_run_forked", lambda *a: pytest.fail("CUDA must not be forked"))
+    monkeypatch.setattr(_ddp, "_run_subprocesses", lambda opts, timeout: seen.update(opts) or [])
+    paths = _ddp.record_ddp(tmp_path, world_size=2, steps=1, slow_rank=1, device="cuda")
+    assert seen["device"] == "cuda" and seen["world_size"] == 2
+    assert [p.name for p in paths["one_slow"]] == ["rank0.json.gz", "rank1.json.gz"]
+
+
+# --------------------------------------------------------------------------- coverage guard
+
+COVERED = {  # function -> the test(s) above that exercise its CUDA branch
+    "bench.resolve_device": "test_auto_and_cuda_resolve_to_the_gpu_when_one_is_visible",
+    "bench.synchronize": "test_synchronize_waits_on_cuda_only",
+    "bench.measure": "test_measure_times_each_call_with_synchronised_cuda_events",
+    "bench.profile_sync_events": "test_profile_sync_events_counts_blocking_calls_and_drops_its_own_sync",
+    "hardware.detect_gpu": "test_detect_gpu_reads_the_device_properties",
+    "hardware._device_name": "test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32",
+    "hardware.measure_device": "test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32",
+    "env.setup": "test_setup_on_a_known_gpu_prints_its_datasheet_peaks",
+    "env.Runtime": "test_setup_on_a_known_gpu_prints_its_datasheet_peaks",
+    "mfu.device_peak": "test_device_peak_on_a_known_gpu_is_the_dense_datasheet_figure",
+    "mfu.measure_training": "test_measure_training_on_a_gpu_uses_bf16_autocast_and_the_bf16_datasheet_peak",
+    "models.course_config": "test_course_config_on_a_gpu_is_gpt2_small",
+    "nvtx.nvtx_backend": "test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges",
+    "nvtx.try_torch_nvtx": "test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges",
+    "nvtx._push": "test_a_failing_nvtx_call_disables_nvtx_but_not_the_range",
+    "nvtx._pop": "test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges",
+    "nvtx.CudaProfilerRange": "test_cuda_profiler_range_syncs_then_starts_and_stops_the_capture",
+    "nvtx._demo_main": "test_nvtx_demo_loop_runs_on_the_gpu_with_a_capture_window",
+    "nsys.example_or_capture": "test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples",
+    "_ddp.record_ddp": "test_record_ddp_on_cuda_runs_ranks_as_fresh_processes",
+}
+# CUDA code no CPU test can run, with the reason; the GPU script is where it is proven.
+NOT_ON_CPU = {
+    "_ddp._train": "NCCL process group, one GPU per rank: needs >= 2 GPUs (chapter 4 guards it)",
+}
+
+
+def cuda_functions(src: Path = ROOT / "src" / "helpers") -> set[str]:
+    """Top-level functions and classes of helpers whose code mentions torch.cuda or a "cuda" device."""
+    found = set()
+    for path in sorted(src.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                continue
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Constant):
+                    continue  # docstrings
+                attr = isinstance(sub, ast.Attribute) and sub.attr in ("cuda", "_nvtx")
+                const = isinstance(sub, ast.Constant) and sub.value in ("cuda", "torch.cuda.nvtx")
+                if attr or const or (isinstance(sub, ast.ImportFrom) and any(
+                        a.name == "_nvtx" for a in sub.names)):
+                    found.add(f"{path.stem}.{node.name}")
+                    break
+    return found
+
+
+def test_every_cuda_function_is_covered():
+    found = cuda_functions()
+    assert "bench.measure" in found and "hardware.detect_gpu" in found  # the scan itself works
+    missing = sorted(found - set(COVERED) - set(NOT_ON_CPU))
+    assert not missing, (f"CUDA code without a CPU test in {Path(__file__).name}: {missing}; add a "
+                         "test with the FakeGPU above (or, with a reason, to NOT_ON_CPU)")
+    tests = {name for name, obj in globals().items() if name.startswith("test_") and callable(obj)}
+    assert set(COVERED.values()) <= tests

@@ -1,0 +1,130 @@
+"""Learner path 2: a Colab-like fresh runtime.
+
+Each STUDENT notebook is copied alone into an empty folder outside the repository and run by
+papermill with a kernel from a fresh virtual environment that has torch (and ipykernel, as
+every Jupyter runtime does) but not ``helpers``. ``TRAINPERF_SPEC`` points the setup cell at a
+wheel built from this checkout, so the setup cell must install the package from it. Every
+teaching cell must run without error; exercise cells (the nbgrader answer and test cells) may
+only raise the stub's NotImplementedError.
+
+Python 3.11 (this machine's) always; Python 3.12 (Colab's) where an interpreter and a torch
+wheel for it are on this machine's disk, or where TRAINPERF_FRESH_DOWNLOAD=1 allows pip to
+fetch one (PyPI has only the multi-GB CUDA build); otherwise it is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import envkit
+import nbformat
+import pytest
+from envkit import ROOT, TORCH_SPEC, find_python, run
+
+pytestmark = pytest.mark.env
+
+KERNEL = "trainperf-fresh-py{}"
+CELL_TIMEOUT_S = 600  # the setup cell's pip install of numpy/matplotlib/ipywidgets included
+NOTEBOOKS = sorted(p for d in sorted((ROOT / "notebooks").iterdir()) if d.is_dir()
+                   for p in d.glob("*.ipynb"))
+
+
+@pytest.fixture(scope="session")
+def course_wheel(tmp_path_factory) -> Path:
+    wheel = envkit.build_wheel(tmp_path_factory.mktemp("wheel"))
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = [p.relative_to(ROOT / "src").as_posix() for p in (ROOT / "src").rglob("*")
+               if p.is_file() and p.parts[-2] != "__pycache__" and p.suffix != ".pyc"
+               and "egg-info" not in str(p) and p.relative_to(ROOT / "src").as_posix() not in names]
+    assert not missing, f"the wheel lacks files of src/ (package-data pattern?): {missing}"
+    return wheel
+
+
+@pytest.fixture(scope="session", params=["3.11", "3.12"])
+def fresh_runtime(request, tmp_path_factory) -> dict:
+    """A fresh venv for one Python version, with torch and ipykernel, registered as a kernel."""
+    version = request.param
+    python = find_python(version)
+    if python is None:
+        pytest.skip(f"no Python {version} interpreter on this machine")
+    if not envkit.torch_wheel_is_local(python) and os.environ.get("TRAINPERF_FRESH_DOWNLOAD") != "1":
+        pytest.skip(f"Python {version} is here ({python}) but no {TORCH_SPEC} wheel for it is on "
+                    "this machine's disk, and PyPI has only the multi-GB CUDA build; set "
+                    "TRAINPERF_FRESH_DOWNLOAD=1 to download it")
+    base = tmp_path_factory.mktemp(f"fresh-py{version}")
+    torch_dir = envkit.torch_site(python, tmp_path_factory.getbasetemp())
+    vpython = envkit.make_venv(python, base / "venv", torch_dir)
+    run([vpython, "-m", "pip", "install", "-q", "ipykernel"], timeout=900)
+    probe = run([vpython, "-c", "import importlib.util, torch; "
+                 "print(importlib.util.find_spec('helpers') is None, torch.__version__)"])
+    assert probe.stdout.startswith("True"), f"the fresh venv must not see helpers: {probe.stdout}"
+    name = KERNEL.format(version)
+    spec_dir = base / "jupyter" / "kernels" / name
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [str(vpython), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"fresh Python {version}", "language": "python"}))
+    return {"version": version, "python": vpython, "kernel": name, "jupyter_path": base / "jupyter"}
+
+
+def _is_exercise(cell) -> bool:
+    meta = cell.metadata.get("nbgrader", {})
+    return bool(meta.get("solution") or meta.get("grade"))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_student_notebook_runs_alone_in_a_fresh_runtime(notebook, fresh_runtime, course_wheel,
+                                                        tmp_path, monkeypatch):
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    vpython = fresh_runtime["python"]
+    # every notebook proves the install, not only the first one of the session
+    run([vpython, "-m", "pip", "uninstall", "-y", "-q", "trainperf-course"])
+    folder = tmp_path / "learner"
+    folder.mkdir()
+    assert not any((p / "src" / "helpers").is_dir() for p in (folder, *folder.parents))
+    shutil.copy2(notebook, folder / notebook.name)
+    monkeypatch.setenv("TRAINPERF_SPEC", str(course_wheel))
+    monkeypatch.setenv("JUPYTER_PATH", str(fresh_runtime["jupyter_path"]))
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # a learner's kernel uses its inline backend
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    out = tmp_path / f"executed_{notebook.name}"
+    try:
+        papermill.execute_notebook(
+            str(folder / notebook.name), str(out), kernel_name=fresh_runtime["kernel"],
+            cwd=str(folder), progress_bar=False, execution_timeout=CELL_TIMEOUT_S,
+            allow_errors=True)  # nbclient runs every cell; errors are judged below
+    except PapermillExecutionError:
+        pass  # papermill still raises for any error output once all cells ran
+    nb = nbformat.read(out, as_version=4)
+
+    # the setup cell installed helpers from the wheel into the fresh venv
+    dist = next(envkit.site_packages(vpython).glob("trainperf_course-*.dist-info"), None)
+    assert dist is not None, "the setup cell did not install trainperf-course into the fresh venv"
+    direct = json.loads((dist / "direct_url.json").read_text())
+    assert direct["url"] == course_wheel.as_uri(), direct
+    setup = [c for c in nb.cells if c.cell_type == "code"][1]  # after the parameters cell
+    setup_out = "".join(o.get("text", "") for o in setup.outputs)
+    assert f"Python {fresh_runtime['version']}." in setup_out and "device: cpu" in setup_out, setup_out
+
+    teaching_failures, unexpected, stubbed = [], [], 0
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        if _is_exercise(cell):
+            stubbed += bool(errors)
+            unexpected += [(index, f"{e.ename}: {e.evalue}") for e in errors
+                           if e.ename != "NotImplementedError"]
+        else:
+            assert cell.execution_count is not None, f"cell {index} did not run"
+            teaching_failures += [(index, f"{e.ename}: {e.evalue}", cell.source[:80]) for e in errors]
+    assert not teaching_failures, f"teaching cells failed in the fresh runtime: {teaching_failures}"
+    assert not unexpected, f"exercise cells failed with something other than the stub: {unexpected}"
+    assert stubbed, "no exercise raised the stub's NotImplementedError: is this the student notebook?"
