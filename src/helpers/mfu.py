@@ -33,15 +33,8 @@ import torch
 from torch.utils import flop_counter
 
 from . import hardware, models
+from ._validate import positive as _positive
 from .bench import Measurement, measure, resolve_device
-
-
-def _positive(**values: float) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-        if not value > 0 or math.isinf(value):
-            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
 def _count(**values: int) -> None:
