@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ._validate import count
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -40,10 +42,7 @@ def record_ddp(out_dir: str | Path | None = None, world_size: int = 2, steps: in
     ``out_dir`` (a new temp folder if None). ``device="cuda"`` uses NCCL, one GPU per rank.
     ``fork`` forces (True) or avoids (False) forking the ranks; None picks.
     """
-    for name, value in dict(world_size=world_size, steps=steps, layers=layers, width=width,
-                            batch=batch).items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    count(world_size=world_size, steps=steps, layers=layers, width=width, batch=batch)
     if slow_rank is not None and not 0 <= slow_rank < world_size:
         raise ValueError(f"slow_rank must be a rank in 0..{world_size - 1}, got {slow_rank}")
     if device not in ("cpu", "cuda"):

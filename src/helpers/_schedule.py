@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ._validate import count
+
 
 def _nonneg(**values: float) -> None:
     for name, value in values.items():
@@ -19,8 +21,7 @@ def _nonneg(**values: float) -> None:
 
 
 def _count(name: str, value: int, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    count(minimum, **{name: value})
 
 
 def alpha_beta_time(nbytes: float, alpha_s: float, bandwidth: float) -> float:

@@ -12,3 +12,11 @@ def positive(**values: float) -> None:
             raise TypeError(f"{name} must be a number, got {type(value).__name__}")
         if not value > 0 or math.isinf(value):
             raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+def count(minimum: int = 1, **values: int) -> None:
+    """Each value must be an int (not a bool) of at least ``minimum``."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            want = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise ValueError(f"{name} must be {want}, got {value!r}")

@@ -33,15 +33,9 @@ import torch
 from torch.utils import flop_counter
 
 from . import hardware, models
+from ._validate import count as _count
 from ._validate import positive as _positive
 from .bench import Measurement, measure, resolve_device
-
-
-def _count(**values: int) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
 
 # --------------------------------------------------------------------------- formulas
 

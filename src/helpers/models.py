@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._validate import count
 from .bench import resolve_device
 
 
@@ -41,10 +42,8 @@ class GPTConfig:
     name: str = "custom"
 
     def __post_init__(self) -> None:
-        for field_name in ("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "mlp_ratio"):
-            value = getattr(self, field_name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"GPTConfig.{field_name} must be a positive int, got {value!r}")
+        count(**{f"GPTConfig.{field_name}": getattr(self, field_name) for field_name in
+                 ("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "mlp_ratio")})
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                              "pick n_heads that divides d_model.")
