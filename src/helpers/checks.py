@@ -1,8 +1,21 @@
 """Friendly checks for exercise cells.
 
-Each check prints one line starting with a tick when the answer is right, and raises
+**Visible checks** (:func:`close`, :func:`equal`, :func:`one_of`) compare on the spot: each
+prints one line starting with a tick when the answer is right, and raises
 :class:`CheckFailed` (an ``AssertionError``, so nbgrader scores the cell 0) with one or two
 lines saying what was expected, what was got, and a hint when it is wrong.
+
+**Hidden checks** (``hidden.close``, ``hidden.equal``, ``hidden.one_of``) are what grading
+relies on. Their expected side is a zero-argument function, ``expect=lambda: ...``:
+
+- under ``trainperf grade`` the grader removes every ``expect=`` before the learner's kernel
+  sees the cell, so no expected value ever exists in that process; the check only turns the
+  answer into plain data and records it, and the grading process compares it with what the
+  reference solution recorded for the same check (:mod:`helpers._records`);
+- in the reference run the grader checks the solution against ``expect()`` and records both;
+- anywhere else (stock ``nbgrader autograde``, a learner's own kernel) the check calls
+  ``expect()`` and compares in the kernel, like a visible check — weaker, but never a pass
+  without a comparison.
 """
 
 from __future__ import annotations
@@ -10,9 +23,10 @@ from __future__ import annotations
 import contextlib
 import math
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from . import _records
 
 class CheckFailed(AssertionError):
     """A wrong answer. The message is meant for the learner, not for a developer."""
@@ -89,31 +103,111 @@ def one_of(got: Any, allowed: Iterable[Any], what: str, *, hint: str = "") -> No
         _fail(what, "one of " + ", ".join(_fmt(o) for o in options), got, hint)
 
 
+class _Hidden:
+    """Hidden checks; see the module docstring. ``checks.hidden`` is the one instance."""
+
+    def close(self, got: Any, what: str, *, expect: Callable[[], Any] | None, rtol: float = 1e-6,
+              atol: float = 0.0, hint: str = "") -> None:
+        """A number (or a list / dict of numbers) within ``rtol`` or ``atol`` of ``expect()``."""
+        __tracebackhide__ = True
+        self._check("close", got, what, expect, hint, rtol=rtol, atol=atol)
+
+    def equal(self, got: Any, what: str, *, expect: Callable[[], Any] | None, hint: str = "") -> None:
+        """Exactly ``expect()`` (labels trimmed and case-blind; a bool never equals a number)."""
+        __tracebackhide__ = True
+        self._check("equal", got, what, expect, hint)
+
+    def one_of(self, got: Any, what: str, *, expect: Callable[[], Iterable[Any]] | None,
+               hint: str = "") -> None:
+        """One of the answers ``expect()`` accepts (for questions with several right answers)."""
+        __tracebackhide__ = True
+        self._check("one_of", got, what, expect, hint)
+
+    @staticmethod
+    def _check(kind: str, got: Any, what: str, expect: Callable[[], Any] | None, hint: str,
+               rtol: float = 1e-6, atol: float = 0.0) -> None:
+        __tracebackhide__ = True
+        record: dict[str, Any] = {"what": what, "kind": kind, "rtol": rtol, "atol": atol}
+        try:
+            record["value"] = _records.to_plain(got)
+        except _records.NotPlain as exc:
+            record["error"] = str(exc)
+        if expect is None:
+            if not _records.recording():
+                raise CheckFailed(f"✗ {what}: this hidden check has no expected value here; "
+                                  "it is graded by `trainperf grade`.")
+            _records.emit(record)  # the learner's kernel under trainperf grade: data only
+            return
+        wanted = _records.to_plain(list(expect()) if kind == "one_of" else expect())
+        if "error" in record or not _records.compare(kind, record["value"], wanted, rtol, atol):
+            shown = f"one of {', '.join(_fmt(w) for w in wanted)}" if kind == "one_of" else _fmt(wanted)
+            if kind == "close" and rtol >= 1e-3:
+                shown += f" (within {rtol:.0%})"
+            _fail(what, shown, got, record.get("error") or hint)
+        if _records.recording():  # the reference run: the solution agreed with expect()
+            record["expected"] = wanted
+            _records.emit(record)
+
+
+hidden = _Hidden()
+
+
 def _blocked_function(qualified_name: str) -> types.FunctionType:
+    """A stand-in whose code replaces the helper's. It runs with the helper module's globals,
+    so it names nothing global but the builtin ``__import__``."""
     namespace: dict[str, Any] = {}
     message = (
         f"This exercise asks you to compute it yourself; calling {qualified_name} "
         "is switched off while it is graded."
     )
-    exec(f"def blocked(*args, **kwargs):\n    raise RuntimeError({message!r})", namespace)
+    exec(f"def blocked(*args, **kwargs):\n"
+         f"    records = __import__('helpers._records', fromlist=['emit'])\n"
+         f"    if records.recording():\n"
+         f"        records.emit({{'event': 'blocked-call', 'helper': {qualified_name!r}}})\n"
+         f"    raise RuntimeError({message!r})", namespace)
     return namespace["blocked"]
 
 
-def _same_source(a: types.CodeType, b: types.CodeType) -> bool:
-    return (a.co_filename, a.co_firstlineno, a.co_name) == (b.co_filename, b.co_firstlineno, b.co_name)
+def fingerprint(code: types.CodeType) -> tuple:
+    """What a function's code computes, without where it was compiled (file, line, names of
+    locals): a copy made by ``exec(inspect.getsource(f))``, by re-executing the module under
+    another file name or by renaming its variables has the same fingerprint."""
+    consts = tuple(fingerprint(c) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c))
+                   for c in code.co_consts)
+    return (code.co_code, consts, code.co_names, code.co_argcount, code.co_kwonlyargcount)
 
 
-def _copies_of(fn: types.FunctionType) -> list[types.FunctionType]:
-    """``fn`` and every other live function compiled from the same source lines.
+def _copies_of(targets: list[types.FunctionType]) -> list[list[types.FunctionType]]:
+    """For each target, the target and every other live function compiled from the same
+    source (file, line, name) or with the same code (:func:`fingerprint`).
 
-    A module imported twice (the grader re-imports the helpers before each test cell) or a
-    function rebuilt from the helper's code object would otherwise escape the block.
+    A module imported twice (the grader re-imports the helpers before each test cell), a
+    function rebuilt from the helper's code object, a module re-executed under another file
+    name or ``exec(inspect.getsource(...))`` would otherwise escape the block. One pass over
+    the heap for all targets; the raw bytecode filters before the full fingerprint.
     """
     import gc
 
-    return [fn] + [obj for obj in gc.get_objects()
-                   if type(obj) is types.FunctionType and obj is not fn
-                   and _same_source(obj.__code__, fn.__code__)]
+    by_place = {(f.__code__.co_filename, f.__code__.co_firstlineno, f.__code__.co_name): i
+                for i, f in enumerate(targets)}
+    by_bytes: dict[bytes, list[int]] = {}
+    for i, f in enumerate(targets):
+        by_bytes.setdefault(f.__code__.co_code, []).append(i)
+    prints = [fingerprint(f.__code__) for f in targets]
+    found: list[list[types.FunctionType]] = [[f] for f in targets]
+    for obj in gc.get_objects():
+        if type(obj) is not types.FunctionType or any(obj is f for f in targets):
+            continue
+        code = obj.__code__
+        place = by_place.get((code.co_filename, code.co_firstlineno, code.co_name))
+        if place is not None:
+            found[place].append(obj)
+            continue
+        for i in by_bytes.get(code.co_code, ()):
+            if fingerprint(code) == prints[i]:
+                found[i].append(obj)
+                break
+    return found
 
 
 @contextlib.contextmanager
@@ -121,19 +215,25 @@ def blocked(module: Any, *names: str) -> Iterator[None]:
     """Switch off ``module.name`` for the duration of a check.
 
     The function's code object is swapped — in this function and in every other live copy
-    compiled from the same source — so the helper is blocked however the learner reached it
-    (``helpers.roofline.intensity``, ``from helpers.roofline import intensity``, an alias, an
-    earlier import of the module). Used by hidden tests: an exercise passed by calling the
-    helper that implements it teaches nothing.
+    compiled from the same source or with the same code — so the helper is blocked however
+    the learner reached it (``helpers.roofline.intensity``, ``from helpers.roofline import
+    intensity``, an alias, an earlier import of the module, a copy rebuilt from its source).
+    Used by hidden tests: an exercise passed by calling the helper that implements it teaches
+    nothing. Under ``trainperf grade`` a call to a blocked helper is also reported to the
+    instructor.
     """
+    label = getattr(module, "__name__", module)
+    targets = []
+    for name in names:
+        fn = getattr(module, name)
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError(f"{label}.{name} is not a plain function")
+        targets.append(fn)
     saved: list[tuple[types.FunctionType, types.CodeType, Any, Any]] = []
     try:
-        for name in names:
-            fn = getattr(module, name)
-            if not isinstance(fn, types.FunctionType):
-                raise TypeError(f"{getattr(module, '__name__', module)}.{name} is not a plain function")
-            stand_in = _blocked_function(f"{getattr(module, '__name__', module)}.{name}")
-            for copy in _copies_of(fn):
+        for name, copies in zip(names, _copies_of(targets)):
+            stand_in = _blocked_function(f"{label}.{name}")
+            for copy in copies:
                 if copy.__code__.co_freevars:
                     continue  # a closure cannot take a code object without free variables
                 saved.append((copy, copy.__code__, copy.__defaults__, copy.__kwdefaults__))
@@ -141,5 +241,5 @@ def blocked(module: Any, *names: str) -> Iterator[None]:
                 copy.__defaults__, copy.__kwdefaults__ = None, None
         yield
     finally:
-        for fn, code, defaults, kwdefaults in saved:
+        for fn, code, defaults, kwdefaults in reversed(saved):
             fn.__code__, fn.__defaults__, fn.__kwdefaults__ = code, defaults, kwdefaults
