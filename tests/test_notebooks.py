@@ -12,6 +12,7 @@ import pytest
 from conftest import CHAPTERS, ROOT
 
 from trainperf.course import chapter_notebook
+from trainperf.hidden import lint_hidden, split_hidden
 
 pytestmark = pytest.mark.notebooks
 MAX_TEACHING_CELL_LINES = 15  # longer logic belongs in src/helpers
@@ -72,6 +73,8 @@ def test_notebook_conventions(chapter):
         if meta.get("grade"):
             assert "checks." in cell.source, "visible checks use helpers.checks"
             assert "### BEGIN HIDDEN TESTS" in cell.source, f"{meta['grade_id']} has no hidden tests"
+            problems = lint_hidden(split_hidden(cell.source)[1])
+            assert not problems, f"{meta['grade_id']}: " + "; ".join(problems)
         if cell.cell_type == "code" and not meta and cell is not code[1]:
             lines = [ln for ln in cell.source.splitlines() if ln.strip()]
             assert len(lines) <= MAX_TEACHING_CELL_LINES, \
