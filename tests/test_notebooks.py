@@ -37,6 +37,10 @@ def test_papermill_executes_quick_on_cpu(chapter, executed_dir):
     assert not errors
     graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
     assert graded and all("✓" in "".join(o.get("text", "") for o in c.outputs) for c in graded)
+    # stock `nbgrader autograde` scores any graded cell that writes to stderr as 0
+    noisy = {c.metadata["nbgrader"]["grade_id"]: o.get("text", "")[:200] for c in graded
+             for o in c.outputs if o.get("output_type") == "stream" and o.get("name") == "stderr"}
+    assert not noisy, f"graded cells write to stderr (stock nbgrader would score them 0): {noisy}"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
