@@ -1,22 +1,30 @@
-"""`trainperf grade` on hostile and broken submissions (issue: grading you can trust).
+"""`trainperf grade` against hostile and broken submissions (issue: grading sound against a
+hostile student).
 
-One batch holds every case, graded together with 2 jobs as an instructor would run it; each
-test then reads its student's row. Every case is a real submission notebook.
+One batch holds every case, graded together with 2 jobs as an instructor would run it, with
+honest controls (full and zero) in the same batch; each test then reads its student's row. A
+second batch grades a process that tries to outlive its notebook, then a victim, in the same
+slot. Every case is a real submission notebook of chapter 1.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
+import subprocess
+import sys
 
+import hostile_payloads as P
 import nbformat
 import pytest
 from conftest import ROOT
 
 from trainperf.discriminate import solution_answers, with_answers
 from trainperf.grade import Limits, grade
-from trainperf.isolate import can_drop_privileges
+from trainperf.isolate import UID_RANGE
+from trainperf.submissions import display_name
 
 pytestmark = pytest.mark.notebooks
 CHAPTER = "01_roofline"
@@ -24,14 +32,22 @@ NAME = "01_roofline.ipynb"
 RELEASED = ROOT / "notebooks" / CHAPTER / NAME
 SOLUTION = solution_answers(ROOT / "solutions" / CHAPTER / NAME)
 FULL = 10.0
-WRONG_EX1 = "def gemm_intensity(M, K, N, b):\n    return 1.0\n"
+LONG_NAME = "n" * 250
+NON_UTF8 = os.fsdecode(b"caf\xe9-\xff-student")
+FORMULA = '=HYPERLINK("evil.example","click")'
+ISOLATED = shutil.which("bwrap") is not None and os.geteuid() == 0
+
+ATTACKS_ON_EX1 = {
+    "read_course": P.READ_COURSE, "frame_reader": P.FRAME_READER, "liar": P.LIAR,
+    "patch_compare": P.PATCH_COMPARE, "settrace": P.SETTRACE, "input_transformer": P.INPUT_TRANSFORMER,
+    "fake_helpers": P.FAKE_HELPERS, "thread_repatch": P.THREAD_REPATCH, "scan_processes": P.SCAN_PROCESSES,
+    "blocked_bypass": P.BLOCKED_BYPASS, "helper_by_name": P.HELPER_BY_NAME, "big_records": P.BIG_RECORDS,
+    "disk_hog": P.DISK_HOG, "process_hog": P.PROCESS_HOG,
+}
 
 
 def _answers(**overrides: str) -> dict[str, str]:
-    answers = dict(SOLUTION)
-    for gid, prefix in overrides.items():
-        answers[gid] = prefix
-    return answers
+    return {**SOLUTION, **overrides}
 
 
 def _write(folder, nb) -> None:
@@ -40,7 +56,7 @@ def _write(folder, nb) -> None:
 
 
 def _tampered():
-    nb = with_answers(RELEASED, _answers(ex1_intensity=WRONG_EX1))
+    nb = with_answers(RELEASED, _answers(ex1_intensity=P.WRONG))
     by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
     nb.cells.remove(by_id["ex1_intensity_test"])          # deleted (and ex1 is wrong)
     by_id["ex2_ideal_time_test"].source = ""               # emptied
@@ -51,23 +67,9 @@ def _tampered():
     return nb
 
 
-MONKEYPATCHES = {
-    "patch_checks": "import helpers.checks as c\nc.close = c.equal = c.one_of = lambda *a, **k: None\n",
-    "rebind_checks": "class _Fake:\n    def __getattr__(self, name):\n        return lambda *a, **k: None\n"
-                     "checks = _Fake()\n",
-    "patch_import": "import builtins, types\n_real = builtins.__import__\n"
-                    "def _fake(name, *a, **k):\n"
-                    "    if name.startswith('helpers'):\n"
-                    "        m = types.ModuleType('helpers')\n"
-                    "        m.__getattr__ = lambda n: types.SimpleNamespace(close=lambda *a, **k: None,\n"
-                    "            equal=lambda *a, **k: None, one_of=lambda *a, **k: None,\n"
-                    "            blocked=__import__('contextlib').nullcontext)\n"
-                    "        return m\n"
-                    "    return _real(name, *a, **k)\nbuiltins.__import__ = _fake\n",
-    "patch_assertion": "import builtins\nbuiltins.AssertionError = type('AssertionError', (Exception,), {})\n"
-                       "get_ipython().showtraceback = lambda *a, **k: None\n"
-                       "get_ipython().__class__.showtraceback = lambda *a, **k: None\n",
-}
+def _solution_file():
+    nb = nbformat.read(ROOT / "solutions" / CHAPTER / NAME, as_version=4)
+    return nb  # carries the hidden tests and the solution markers
 
 
 @pytest.fixture(scope="module")
@@ -75,32 +77,28 @@ def batch(tmp_path_factory):
     base = tmp_path_factory.mktemp("hostile")
     subs = base / "submissions"
     cases = {
-        "victim": _answers(),
+        "victim": _answers(), NON_UTF8: {}, LONG_NAME: _answers(),
         "loop": _answers(ex1_intensity="while True:\n    pass\n"),
+        "stubborn_loop": _answers(ex2_ideal_time=P.STUBBORN_LOOP),
         "exit": _answers(ex2_ideal_time="import os\nos._exit(1)\n"),
         "segfault": _answers(ex2_ideal_time="import ctypes\nctypes.string_at(0)\n"),
         "oom": _answers(ex3_limiter="hog = bytearray(8 * 2**30)\n"),
-        "helper_by_name": _answers(ex1_intensity=(
-            "from helpers.roofline import intensity, gemm_flops, gemm_bytes\n"
-            "def gemm_intensity(M, K, N, b):\n"
-            "    return intensity(gemm_flops(M, K, N), gemm_bytes(M, K, N, b))\n")),
         "big_output": _answers(ex1_intensity=SOLUTION["ex1_intensity"]
                                + "for _ in range(400):\n    print('x' * 10_000)\n"),
-        **{name: _answers(ex1_intensity=patch + WRONG_EX1) for name, patch in MONKEYPATCHES.items()},
+        **{name: _answers(ex1_intensity=payload) for name, payload in ATTACKS_ON_EX1.items()},
     }
     for student, answers in cases.items():
         _write(subs / student / CHAPTER, with_answers(RELEASED, answers))
+    _write(subs / FORMULA / CHAPTER, _solution_file())
     _write(subs / "tamper" / CHAPTER, _tampered())
-    out = base / "out" / "grades.csv"
-    attack = (
-        "import glob, json, os\nhits = []\n"
-        f"for path in [{str(subs / 'victim' / CHAPTER / NAME)!r}, {str(out) + '.progress.jsonl'!r},"
-        f" {str(out)!r}, {str(base / 'scratch' / 'template' / 'gradebook.db')!r}]:\n"
-        "    try:\n        open(path, 'a').write('owned')\n        hits.append(path)\n"
-        "    except OSError as exc:\n        print('blocked:', type(exc).__name__)\n"
-        "hits += glob.glob('/tmp/**/victim/**/*.ipynb', recursive=True)[:1]\n"
-        "print('HITS', hits)\n" + WRONG_EX1)
-    _write(subs / "attacker" / CHAPTER, with_answers(RELEASED, _answers(ex1_intensity=attack)))
+    # symbolic links: a linked student folder, chapter folder and notebook, and a link to solutions/
+    os.symlink(subs / "victim", subs / "sym_student")
+    (subs / "sym_chapter").mkdir()
+    os.symlink(subs / "victim" / CHAPTER, subs / "sym_chapter" / CHAPTER)
+    (subs / "sym_notebook" / CHAPTER).mkdir(parents=True)
+    os.symlink(subs / "victim" / CHAPTER / NAME, subs / "sym_notebook" / CHAPTER / NAME)
+    (subs / "sym_solution" / CHAPTER).mkdir(parents=True)
+    os.symlink(ROOT / "solutions" / CHAPTER / NAME, subs / "sym_solution" / CHAPTER / NAME)
     (subs / "bad_json" / CHAPTER).mkdir(parents=True)
     (subs / "bad_json" / CHAPTER / NAME).write_text('{"cells": [')
     (subs / "empty" / CHAPTER).mkdir(parents=True)
@@ -110,64 +108,107 @@ def batch(tmp_path_factory):
     _write(subs / "extra" / CHAPTER, with_answers(RELEASED, _answers()))
     shutil.copy(subs / "extra" / CHAPTER / NAME, subs / "extra" / "scratch_copy.ipynb")
     (subs / "missing").mkdir()
-    limits = Limits(cell_timeout=30, notebook_timeout=400, memory_mb=3072)
-    feedback = base / "feedback"
+    tmp_before = {p.name for p in os.scandir("/tmp")}
+    out = base / "out" / "grades.csv"
+    limits = Limits(cell_timeout=30, notebook_timeout=400, memory_mb=3072, disk_mb=512, processes=128)
     rows = grade(ROOT, subs, out, [CHAPTER], jobs=2, limits=limits, workdir=base / "scratch",
-                 feedback=feedback)
-    with open(out) as fh:
+                 feedback=base / "feedback")
+    with open(out, encoding="utf-8") as fh:
         table = {r["student_id"]: r for r in csv.DictReader(fh)}
-    # a loop that ignores interrupts, graded alone under a short notebook limit
-    stubborn = base / "stubborn"
-    _write(stubborn / "stubborn_loop" / CHAPTER, with_answers(RELEASED, _answers(ex2_ideal_time=(
-        "import time\nwhile True:\n    try:\n        time.sleep(0.2)\n"
-        "    except BaseException:\n        pass\n"))))
-    short = Limits(cell_timeout=10, notebook_timeout=50, memory_mb=3072)
-    rows += grade(ROOT, stubborn, base / "out2" / "grades.csv", [CHAPTER], limits=short,
-                  workdir=base / "scratch-stubborn")
-    with open(base / "out2" / "grades.csv") as fh:
-        table.update({r["student_id"]: r for r in csv.DictReader(fh)})
-    return {"rows": {r.student: r for r in rows}, "csv": table, "out": out, "subs": subs,
-            "feedback": feedback, "limits": limits, "base": base}
+    return {"rows": {r.student: r for r in rows}, "csv": table, "out": out, "subs": subs, "base": base,
+            "feedback": base / "feedback", "limits": limits, "tmp_before": tmp_before}
 
 
-def _score(batch, student) -> float:
-    return float(batch["csv"][student]["score"])
+def _outcome(batch, student):
+    return batch["rows"][student].outcomes[CHAPTER]
 
 
-def test_every_student_has_a_row(batch):
-    expected = {"victim", "loop", "exit", "helper_by_name", "segfault", "oom", "big_output", "tamper",
-                "attacker", "bad_json", "empty", "wrong_name", "extra", "missing", *MONKEYPATCHES}
-    assert set(batch["csv"]) == expected | {"stubborn_loop"}
-    assert all(batch["csv"][s]["max_score"] == "10" for s in expected)
-    assert _score(batch, "victim") == FULL and batch["csv"]["victim"]["reason"] == ""
+def _visible(batch, student, cell="ex1_intensity_test") -> str:
+    return next(c["visible"] for c in _outcome(batch, student).feedback if c["grade_id"] == cell)
+
+
+def test_controls_score_full_and_zero(batch):
+    assert _outcome(batch, "victim").score == FULL and batch["rows"]["victim"].reason == ""
+    assert _outcome(batch, NON_UTF8).score == 0  # the untouched release
+    assert _outcome(batch, LONG_NAME).score == FULL
+
+
+@pytest.mark.parametrize("student", sorted(ATTACKS_ON_EX1))
+def test_attacks_on_exercise_1_earn_nothing(batch, student):
+    outcome = _outcome(batch, student)
+    assert outcome.cells["ex1_intensity_test"][0] == 0, _visible(batch, student)
+    assert outcome.score <= FULL - 2, outcome.reason  # some attacks also break their own later cells
+
+
+@pytest.mark.skipif(not ISOLATED, reason="needs root and bubblewrap (bwrap) for the sandbox")
+def test_the_course_is_invisible_to_the_kernel(batch):
+    assert "FOUND []" in _visible(batch, "read_course")
+
+
+@pytest.mark.skipif(not ISOLATED, reason="needs root and bubblewrap (bwrap) for the sandbox")
+def test_no_grading_process_can_be_reached(batch):
+    text = _visible(batch, "scan_processes")
+    scan = eval(text.split("SCAN", 1)[1].strip().splitlines()[0])  # the attacker's own report
+    assert scan["uid"] >= 1_000_000  # a uid no grading process uses
+    assert scan["stolen"] == [] and scan["secrets"] == [] and scan["attached"] == []
+    assert scan["grader_globals"] == []
+    # the only foreign process it can see is the sandbox's own init, which it cannot touch
+    assert len(scan["foreign"]) <= 1 and scan["signalled"] in ([], scan["foreign"])
+
+
+def test_copies_of_the_reference_are_flagged(batch):
+    reason = _outcome(batch, "blocked_bypass").reason
+    assert "answer ex1_intensity uses importlib.reload" in reason and "— review" in reason
+    assert "switched-off helper" in _outcome(batch, "helper_by_name").reason
+
+
+@pytest.mark.skipif(not ISOLATED, reason="needs root and bubblewrap (bwrap) for the sandbox")
+def test_disk_and_process_limits_hold(batch):
+    disk = _visible(batch, "disk_hog")
+    written = int(disk.split("DISK", 1)[1].split()[0])
+    assert written <= batch["limits"].disk_mb and "No space left" in disk and "File too large" in disk
+    forked = _visible(batch, "process_hog").split("FORKED", 1)[1].split()
+    assert int(forked[0]) < batch["limits"].processes and forked[1] == "BlockingIOError"
+    leaked = {p.name for p in os.scandir("/tmp")} - batch["tmp_before"]
+    assert not leaked & {"hog-0", "one-big-file", "not_the_helpers.py", "helpers"}
+
+
+def test_record_flood_is_capped(batch):
+    outcome = _outcome(batch, "big_records")
+    assert outcome.cells["ex1_intensity_test"][0] == 0
+    progress = batch["out"].with_name(batch["out"].name + ".progress.jsonl")
+    assert progress.stat().st_size < 2_000_000
+    assert max(p.stat().st_size for p in batch["feedback"].iterdir()) < 500_000
 
 
 def test_endless_loop_fails_that_cell_only(batch):
-    assert _score(batch, "loop") == FULL - 2
-    assert "ex1_intensity ran past the 30 s cell limit" in batch["csv"]["loop"]["reason"]
+    assert _outcome(batch, "loop").score == FULL - 2
+    assert "ex1_intensity ran past the 30 s cell limit" in _outcome(batch, "loop").reason
 
 
-def test_loop_that_ignores_interrupts_hits_the_notebook_limit(batch):
-    assert _score(batch, "stubborn_loop") == 2  # ex1 ran before it; nothing after counts
-    assert "50 s notebook limit" in batch["csv"]["stubborn_loop"]["reason"]
+def test_loop_that_ignores_interrupts_costs_the_cell_limit_not_the_notebook_limit(batch):
+    outcome = _outcome(batch, "stubborn_loop")
+    assert outcome.score == 2  # ex1 ran before it; nothing after counts
+    assert "ignored the interrupt" in outcome.reason
+    assert outcome.seconds < 30 + 60  # cell limit + a few seconds + the cells before it
 
 
 @pytest.mark.parametrize("student", ["exit", "segfault"])
 def test_dead_kernel_means_no_later_test_passes(batch, student):
-    outcome = batch["rows"][student].outcomes[CHAPTER]
+    outcome = _outcome(batch, student)
     assert outcome.cells["ex1_intensity_test"] == (2.0, 2.0)
     assert all(outcome.cells[g][0] == 0 for g in outcome.cells if g != "ex1_intensity_test")
     assert "kernel died" in outcome.reason
 
 
 def test_memory_is_capped(batch):
-    outcome = batch["rows"]["oom"].outcomes[CHAPTER]
+    outcome = _outcome(batch, "oom")
     assert outcome.cells["ex3_limiter_test"][0] == 0 and outcome.score == FULL - 2
     assert "ran out of memory (limit 3072 MiB)" in outcome.reason
 
 
 def test_tampered_test_cells_run_from_the_source(batch):
-    outcome = batch["rows"]["tamper"].outcomes[CHAPTER]
+    outcome = _outcome(batch, "tamper")
     assert outcome.cells["ex1_intensity_test"][0] == 0  # wrong answer, test cell deleted
     assert outcome.score == FULL - 2  # the others' original tests ran and passed
     for words in ("ex1_intensity_test was deleted", "ex2_ideal_time_test was edited",
@@ -175,49 +216,51 @@ def test_tampered_test_cells_run_from_the_source(batch):
         assert words in outcome.reason
 
 
-@pytest.mark.parametrize("student", [*MONKEYPATCHES, "helper_by_name"])
-def test_monkeypatching_the_checks_gains_nothing(batch, student):
-    outcome = batch["rows"][student].outcomes[CHAPTER]
-    assert outcome.cells["ex1_intensity_test"][0] == 0, outcome.feedback[0]
-    assert outcome.score == FULL - 2
+def test_a_submitted_solution_file_is_noted_once(batch):
+    outcome = _outcome(batch, FORMULA)
+    assert outcome.score == FULL
+    assert outcome.reason.count("carries the hidden tests") == 1 and "edited" not in outcome.reason
 
 
-def test_student_code_cannot_reach_grades_or_other_students(batch):
-    if not can_drop_privileges():
-        pytest.skip("isolation needs root with unshare and setpriv; not available here")
-    progress = batch["out"].with_name(batch["out"].name + ".progress.jsonl")
-    assert "owned" not in progress.read_text() and "owned" not in batch["out"].read_text()
-    victim = batch["subs"] / "victim" / CHAPTER / NAME
-    assert "owned" not in victim.read_text()
-    assert _score(batch, "attacker") == FULL - 2 and _score(batch, "victim") == FULL
-    text = [c["visible"] for c in batch["rows"]["attacker"].outcomes[CHAPTER].feedback]
-    assert text  # the attacker's own cells ran
+def test_symbolic_links_are_never_followed(batch):
+    assert "symbolic link" in batch["rows"]["sym_student"].reason
+    for student in ("sym_chapter", "sym_notebook", "sym_solution"):
+        row = batch["rows"][student]
+        assert row.score == 0 and "symbolic link" in row.reason, row.reason
+
+
+def test_any_student_name_is_safe_in_the_csv_and_the_feedback(batch):
+    table = batch["csv"]
+    assert table["'" + FORMULA]["score"] == "10"  # a spreadsheet will not run it
+    assert table[display_name(NON_UTF8)]["score"] == "0" and "\ufffd" in display_name(NON_UTF8)
+    assert table[LONG_NAME]["score"] == "10"
+    pages = list(batch["feedback"].iterdir())
+    assert len(pages) == len(batch["rows"]) and all(len(p.name.encode()) < 255 for p in pages)
 
 
 def test_broken_files_get_a_reason_and_zero(batch):
-    assert _score(batch, "bad_json") == 0
-    assert "not valid JSON" in batch["csv"]["bad_json"]["reason"]
-    assert "empty file" in batch["csv"]["empty"]["reason"]
+    assert _outcome(batch, "bad_json").score == 0
+    assert "not valid JSON" in _outcome(batch, "bad_json").reason
+    assert "empty file" in _outcome(batch, "empty").reason
     assert batch["csv"]["missing"]["reason"] == f"{CHAPTER}: missing {NAME}"
 
 
 def test_wrong_name_and_extra_notebooks_are_noted_and_graded(batch):
-    assert _score(batch, "wrong_name") == FULL
-    assert "graded as 01_roofline" in batch["csv"]["wrong_name"]["reason"]
-    assert _score(batch, "extra") == FULL
-    assert "ignored scratch_copy.ipynb" in batch["csv"]["extra"]["reason"]
+    assert _outcome(batch, "wrong_name").score == FULL
+    assert "graded as 01_roofline" in batch["rows"]["wrong_name"].reason
+    assert _outcome(batch, "extra").score == FULL
+    assert "ignored scratch_copy.ipynb" in batch["rows"]["extra"].reason
 
 
 def test_megabytes_of_output_are_truncated(batch):
-    assert _score(batch, "big_output") == FULL
-    assert "output was truncated" in batch["csv"]["big_output"]["reason"]
+    assert _outcome(batch, "big_output").score == FULL
+    assert "output was truncated" in _outcome(batch, "big_output").reason
 
 
 def test_feedback_shows_visible_messages_but_not_hidden_tests(batch):
-    page = (batch["feedback"] / "patch_checks.html").read_text()
+    page = next(p for p in batch["feedback"].iterdir() if p.name.startswith("liar-")).read_text()
     assert "ex1_intensity_test" in page and "0 / 2" in page
-    assert "expected 0.999512" in page  # the visible check's message
-    assert "hidden tests" not in page or "details are not shown" in page
+    assert "hidden tests:" in page and "details are not shown" in page
     assert "BEGIN HIDDEN" not in page and "blocked(" not in page and "(4096, 4096, 4096, 2)" not in page
 
 
@@ -235,5 +278,48 @@ def test_rerun_gives_the_same_csv_and_resumes(batch, capsys):
     grade(ROOT, batch["subs"], batch["out"], [CHAPTER], jobs=2, limits=batch["limits"],
           workdir=batch["base"] / "scratch3")
     out = capsys.readouterr().out
-    assert "grading 1 notebook(s)" in out and dropped in out
+    assert "grading 1 notebook(s)" in out and display_name(dropped)[:60] in out
     assert batch["out"].read_text() == before
+
+
+@pytest.mark.skipif(not ISOLATED, reason="needs root and bubblewrap (bwrap) for the sandbox")
+def test_a_process_that_outlives_its_notebook_cannot_hurt_the_next_student(tmp_path):
+    subs = tmp_path / "subs"
+    _write(subs / "a_attacker" / CHAPTER,
+           with_answers(RELEASED, _answers(ex1_intensity=P.FORK_KILLER + SOLUTION["ex1_intensity"])))
+    _write(subs / "b_victim" / CHAPTER, with_answers(RELEASED, _answers()))
+    rows = {r.student: r for r in grade(ROOT, subs, tmp_path / "grades.csv", [CHAPTER], jobs=1,
+                                        workdir=tmp_path / "scratch")}
+    assert rows["a_attacker"].score == FULL and "outlived" not in rows["a_attacker"].reason
+    assert rows["b_victim"].score == FULL and rows["b_victim"].reason == ""
+    assert not _sandbox_processes()
+
+
+def _sandbox_processes() -> list[int]:
+    """Processes on this machine running under a sandbox uid (none may outlive grading)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        try:
+            if entry.name.isdigit() and os.stat(entry.path).st_uid >= UID_RANGE[0]:
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not ISOLATED, reason="needs root and bubblewrap (bwrap) for the sandbox")
+def test_the_readme_layout_grades_isolated(tmp_path):
+    """`trainperf grade submissions/ --out grades.csv --feedback feedback/`, run from a folder
+    that holds the submissions, the CSV and the feedback, exactly as the README says."""
+    work = ROOT / "build" / f"readme-layout-{os.getpid()}"
+    try:
+        _write(work / "submissions" / "ada" / CHAPTER, with_answers(RELEASED, _answers()))
+        result = subprocess.run(
+            [sys.executable, "-m", "trainperf.cli", "--root", str(ROOT), "grade", "submissions/",
+             "--out", "grades.csv", "--feedback", "feedback/", "--chapters", "1", "--require-isolation"],
+            cwd=work, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "isolated (bubblewrap, own uid per job)" in result.stdout
+        assert "ada,10,10,10," in (work / "grades.csv").read_text()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -43,6 +43,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cell-timeout", type=int, default=60, help="seconds allowed per cell (default 60)")
     p.add_argument("--memory-mb", type=int, default=6144,
                    help="address-space cap for a submission's kernel in MiB (0 = none; default 6144)")
+    p.add_argument("--file-mb", type=int, default=256,
+                   help="largest file a submission may write, in MiB (default 256)")
+    p.add_argument("--disk-mb", type=int, default=1024,
+                   help="a submission's private scratch disk (/tmp) in MiB (default 1024)")
+    p.add_argument("--processes", type=int, default=256,
+                   help="processes and threads a submission may run (isolated runs; default 256)")
+    p.add_argument("--require-isolation", action="store_true",
+                   help="refuse to grade unless submissions run isolated (root + bubblewrap)")
     p.add_argument("--feedback", type=Path, help="write one feedback HTML page per student here")
     p.add_argument("--fresh", action="store_true",
                    help="ignore the progress file of an earlier run and grade everything again")
@@ -89,12 +97,20 @@ def main(argv: list[str] | None = None) -> int:
             from .grade import Limits, grade
 
             os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+            for name in ("timeout", "cell_timeout", "file_mb", "disk_mb", "processes"):
+                if getattr(args, name) <= 0:
+                    raise CourseError(f"--{name.replace('_', '-')} must be positive, "
+                                      f"got {getattr(args, name):g}.")
+            if args.memory_mb < 0:
+                raise CourseError(f"--memory-mb must be 0 (no cap) or positive, got {args.memory_mb}.")
             limits = Limits(cell_timeout=args.cell_timeout, notebook_timeout=args.timeout,
-                            memory_mb=args.memory_mb or None)
+                            memory_mb=args.memory_mb or None, file_mb=args.file_mb,
+                            disk_mb=args.disk_mb, processes=args.processes)
             grade(root, args.submissions.resolve(), args.out.resolve(), args.chapters,
                   jobs=args.jobs, limits=limits,
                   workdir=args.workdir.resolve() if args.workdir else None,
-                  feedback=args.feedback.resolve() if args.feedback else None, fresh=args.fresh)
+                  feedback=args.feedback.resolve() if args.feedback else None, fresh=args.fresh,
+                  require_isolation=args.require_isolation)
             return 0
         if args.command == "discriminate":
             from .discriminate import discriminate

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from .course import CourseError, chapter_notebook, chapters
 
-_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 # A mistake that fails with one of these is broken, not plausible: it proves nothing.
 _BROKEN = {"NameError", "SyntaxError", "IndentationError", "ImportError", "ModuleNotFoundError",
            "NotImplementedError", "AttributeError"}
@@ -37,9 +36,9 @@ def solution_answers(solution_path: Path) -> dict[str, str]:
     """Answer-cell sources of a solution notebook with the solution markers removed."""
     import nbformat
 
-    nb = nbformat.read(solution_path, as_version=4)
-    return {_nbgrader_meta(c)["grade_id"]: _MARKERS.sub("", c.source) for c in nb.cells
-            if _nbgrader_meta(c).get("solution") and not _nbgrader_meta(c).get("grade")}
+    from .exam import solution_answers as answers_of
+
+    return answers_of(nbformat.read(solution_path, as_version=4))
 
 
 def load_mistakes(path: Path) -> dict[str, list[tuple[str, str]]]:

@@ -1,14 +1,17 @@
-"""Build the notebook that is actually executed for a submission, and score its results.
+"""Build the notebook that is executed for a submission, and score what came back.
 
 Only the learner's ANSWER cells (matched by nbgrader ``grade_id``) and extra code cells the
 learner added are taken from the submission. Everything else — teaching cells, the
-parameters cell and every test cell with its hidden tests — comes from ``solutions/``, so a
-deleted, emptied or edited test cell changes nothing but the report.
+parameters cell and every test cell — comes from ``solutions/``, so a deleted, emptied or
+edited test cell changes nothing but the report.
 
-Each test cell is wrapped: first it undoes common monkeypatches (builtins such as
-``__import__`` and ``AssertionError``, IPython's traceback display, fake ``helpers``
-modules) and re-imports the helpers; last it prints a per-run secret. A graded cell earns
-its points only if it ran without error and printed that secret.
+Each test cell runs its visible checks (feedback for the learner) and then its hidden part
+with every ``expect=`` removed (:func:`trainperf.hidden.strip_expectations`): in the learner's
+kernel the hidden checks only turn the answers into plain data and record them. The
+**reference run** executes the same exam with the solution's answers and the expected side
+kept; its records — the solution's values, each check's kind and tolerance — are what the
+learner's records are compared with, here, in the grading process (:func:`score`). Nothing in
+the learner's kernel decides a grade: it can only produce values.
 """
 
 from __future__ import annotations
@@ -20,32 +23,11 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-_HIDDEN = re.compile(r"^[ \t]*### (BEGIN|END) HIDDEN TESTS[ \t]*$", re.MULTILINE)
+from helpers._records import compare
 
-_GUARD = '''\
-def _tp_guard(_builtins=__import__("builtins"), _sys=__import__("sys")):
-    """Grader: snapshot what tests rely on before any learner code runs."""
-    originals = dict(_builtins.__dict__)
-    shell = get_ipython()
-    names = ("showtraceback", "_showtraceback", "showsyntaxerror")
-    classes = [(c, {n: c.__dict__[n] for n in names if n in c.__dict__}) for c in type(shell).__mro__]
-    def restore():
-        for key, value in originals.items():
-            if _builtins.__dict__.get(key) is not value:
-                _builtins.__dict__[key] = value
-        for cls, saved in classes:
-            for name, value in saved.items():
-                if cls.__dict__.get(name) is not value:
-                    setattr(cls, name, value)
-        for name in names:
-            shell.__dict__.pop(name, None)
-        _sys.excepthook = _sys.__excepthook__
-        for module in [m for m in _sys.modules if m == "helpers" or m.startswith("helpers.")]:
-            del _sys.modules[module]
-    return restore
-{restore} = _tp_guard()
-del _tp_guard
-'''
+from .hidden import split_hidden, strip_expectations
+
+_SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 
 
 @dataclass
@@ -62,8 +44,7 @@ class Exam:
     notebook: dict[str, Any]
     graded: list[GradedCell]
     answers: dict[str, int]  # answer grade_id -> index in the executed notebook
-    nonce: str
-    separator: str
+    separator: str  # printed between a test cell's visible and hidden parts
     notes: list[str] = field(default_factory=list)  # tampering and other remarks
 
 
@@ -95,60 +76,68 @@ def helper_imports(solution: dict[str, Any]) -> str:
     return "\n".join(dict.fromkeys(lines))
 
 
-def _wrap_test(source: str, restore: str, imports: str, separator: str, nonce: str) -> str:
-    match = _HIDDEN.search(source)
-    visible, hidden = (source[:match.start()], source[match.start():]) if match else (source, "")
-    return (f"{restore}()\n{imports}\n{visible.rstrip()}\nprint({separator!r})\n"
-            f"{hidden.strip()}\nprint({nonce!r})\n")
+def solution_answers(solution: dict[str, Any]) -> dict[str, str]:
+    """Answer-cell sources of a solution notebook with the solution markers removed."""
+    return {_meta(c)["grade_id"]: _SOLUTION_MARKERS.sub("", _source(c)) for c in solution["cells"]
+            if _meta(c).get("solution") and not _meta(c).get("grade")}
+
+
+def _test_cell(source: str, imports: str, separator: str, reference: bool) -> str:
+    visible, hidden = split_hidden(source)
+    hidden_code = hidden if reference else strip_expectations(hidden)
+    return f"{imports}\n{visible.rstrip()}\nprint({separator!r})\n{hidden_code.strip()}\n"
+
+
+def _carries_hidden_tests(cell: dict[str, Any]) -> bool:
+    return "### BEGIN HIDDEN TESTS" in _source(cell)
 
 
 def build_exam(solution: dict[str, Any], released: dict[str, Any],
-               submission: dict[str, Any]) -> Exam:
-    """Merge trusted cells with the learner's answers into the notebook to execute."""
-    nonce, separator = f"TP-OK-{secrets.token_hex(16)}", f"TP-HIDDEN-{secrets.token_hex(8)}"
-    restore = f"_tp_restore_{secrets.token_hex(6)}"
+               submission: dict[str, Any] | None = None) -> Exam:
+    """Merge trusted cells with the learner's answers into the notebook to execute.
+
+    With ``submission=None`` this is the **reference exam**: the solution's own answers, and
+    the hidden tests with their expected side, for the trusted reference run.
+    """
+    reference = submission is None
+    separator = f"TP-HIDDEN-{secrets.token_hex(8)}"
     imports = helper_imports(solution)
     tests = {_meta(c)["grade_id"]: c for c in solution["cells"] if _meta(c).get("grade")}
     released_by_id = {_meta(c).get("grade_id"): c for c in released["cells"] if _meta(c)}
     released_ids = {c.get("id") for c in released["cells"]}
 
     notes: list[str] = []
-    student_by_grade_id: dict[str, dict[str, Any]] = {}
+    mine_by_grade_id: dict[str, dict[str, Any]] = {}
     extras_after: dict[str, list[dict[str, Any]]] = {}
-    anchor = "__start__"
-    for cell in submission.get("cells", []):
-        gid = _meta(cell).get("grade_id")
-        if gid and gid not in student_by_grade_id:
-            student_by_grade_id[gid] = cell
-            anchor = f"grade:{gid}"
-        elif cell.get("id") in released_ids:
-            anchor = f"id:{cell.get('id')}"
-        elif cell.get("cell_type") == "code" and _source(cell).strip():
-            extras_after.setdefault(anchor, []).append(cell)
+    if reference:
+        for gid, text in solution_answers(solution).items():
+            mine_by_grade_id[gid] = {"cell_type": "code", "source": text, "metadata": {}}
+    else:
+        anchor = "__start__"
+        for cell in submission.get("cells", []):
+            gid = _meta(cell).get("grade_id")
+            if gid and gid not in mine_by_grade_id:
+                mine_by_grade_id[gid] = cell
+                anchor = f"grade:{gid}"
+            elif cell.get("id") in released_ids:
+                anchor = f"id:{cell.get('id')}"
+            elif cell.get("cell_type") == "code" and _source(cell).strip():
+                extras_after.setdefault(anchor, []).append(cell)
+        notes += _test_cell_notes(tests, mine_by_grade_id, released_by_id)
 
-    for gid in tests:
-        mine = student_by_grade_id.get(gid)
-        if mine is None:
-            notes.append(f"test cell {gid} was deleted; the original tests were run")
-        elif mine.get("cell_type") != "code":
-            notes.append(f"test cell {gid} was turned into {mine.get('cell_type')}; "
-                         "the original tests were run")
-        elif _source(mine).strip() != _source(released_by_id[gid]).strip():
-            notes.append(f"test cell {gid} was edited; the original tests were run")
-
-    cells: list[dict[str, Any]] = [_code(_GUARD.replace("{restore}", restore))]
+    cells: list[dict[str, Any]] = []
     graded: list[GradedCell] = []
     answers: dict[str, int] = {}
-    cells += extras_after.get("__start__", [])
+    cells += [_code(_source(c)) for c in extras_after.get("__start__", [])]
     for cell in released["cells"]:
         meta = _meta(cell)
         gid = meta.get("grade_id")
         if meta.get("grade"):
-            wrapped = _code(_wrap_test(_source(tests[gid]), restore, imports, separator, nonce))
+            source = _test_cell(_source(tests[gid]), imports, separator, reference)
             graded.append(GradedCell(gid, float(meta.get("points", 0)), len(cells)))
-            cells.append(wrapped)
+            cells.append(_code(source))
         elif meta.get("solution"):
-            mine = student_by_grade_id.get(gid)
+            mine = mine_by_grade_id.get(gid)
             if mine is None or mine.get("cell_type") != cell["cell_type"]:
                 notes.append(f"answer cell {gid} is missing; graded as unanswered")
                 mine = cell
@@ -160,7 +149,30 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
         cells += [_code(_source(c)) for c in extras_after.get(key, [])]
     notebook = copy.deepcopy(released)
     notebook["cells"] = cells
-    return Exam(notebook, graded, answers, nonce, separator, notes)
+    return Exam(notebook, graded, answers, separator, notes)
+
+
+def _test_cell_notes(tests: dict[str, dict[str, Any]], mine: dict[str, dict[str, Any]],
+                     released: dict[str, dict[str, Any]]) -> list[str]:
+    """What happened to the test cells, said once; a notebook that carries the hidden tests
+    (the solution file, say) is one note, not one per cell."""
+    carried = [gid for gid in tests if gid in mine and _carries_hidden_tests(mine[gid])]
+    notes = []
+    if carried:
+        notes.append("the submission carries the hidden tests (a solution or source notebook?); "
+                     "the original tests were run")
+    for gid in tests:
+        cell = mine.get(gid)
+        if gid in carried:
+            continue
+        if cell is None:
+            notes.append(f"test cell {gid} was deleted; the original tests were run")
+        elif cell.get("cell_type") != "code":
+            notes.append(f"test cell {gid} was turned into {cell.get('cell_type')}; "
+                         "the original tests were run")
+        elif _source(cell).strip() != _source(released[gid]).strip():
+            notes.append(f"test cell {gid} was edited; the original tests were run")
+    return notes
 
 
 def _code(source: str) -> dict[str, Any]:
@@ -176,20 +188,50 @@ class CellVerdict:
     status: str  # ok | failed | error | timeout | died | not-run
     ename: str
     visible: str  # what the learner would have seen from the visible checks
+    hidden_failed: int = 0  # hidden checks that did not match the reference
+    hidden_total: int = 0
 
 
-def score(exam: Exam, records: dict[int, dict[str, Any]]) -> list[CellVerdict]:
-    """Points per graded cell from the executed cells' records (index -> record)."""
+def check_records(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A cell's hidden-check records, without instructor events."""
+    return [r for r in record.get("records", []) if isinstance(r, dict) and "event" not in r]
+
+
+def events(record: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in record.get("records", []) if isinstance(r, dict) and "event" in r]
+
+
+def matches(got: dict[str, Any], want: dict[str, Any]) -> bool:
+    """One learner record against the reference record of the same check."""
+    if got.get("what") != want.get("what") or "value" not in got or "error" in got:
+        return False
+    kind = want.get("kind")
+    expected = want.get("expected") if kind == "one_of" else want.get("value")
+    try:
+        return compare(kind, got["value"], expected, float(want.get("rtol", 1e-6)),
+                       float(want.get("atol", 0.0)))
+    except (TypeError, ValueError):
+        return False
+
+
+def score(exam: Exam, records: dict[int, dict[str, Any]],
+          reference: dict[str, list[dict[str, Any]]]) -> list[CellVerdict]:
+    """Points per graded cell: the learner's hidden-check records against the reference's."""
     verdicts = []
     for cell in exam.graded:
         record = records.get(cell.index)
+        want = reference.get(cell.grade_id, [])
         if record is None:
             verdicts.append(CellVerdict(cell.grade_id, 0.0, cell.points, "not-run", "",
-                                        "not run: grading stopped before this cell"))
+                                        "not run: grading stopped before this cell", 0, len(want)))
             continue
         text = record.get("text", "")
-        visible = text.split(exam.separator)[0].replace(exam.nonce, "").strip()
-        passed = record["status"] == "ok" and exam.nonce in text
+        visible = text.split(exam.separator)[0].strip()
+        got = check_records(record)
+        failed = sum(1 for i, w in enumerate(want) if i >= len(got) or not matches(got[i], w))
+        extra = len(got) > len(want)
+        passed = (record["status"] == "ok" and bool(want) and failed == 0 and not extra
+                  and not record.get("records_overflow"))
         status = "ok" if passed else {"died": "died"}.get(record["status"], "failed")
         if record.get("ename") == "CellTimeoutError":
             status = "timeout"
@@ -197,7 +239,8 @@ def score(exam: Exam, records: dict[int, dict[str, Any]]) -> list[CellVerdict]:
             visible = (visible + "\n" if visible else "") + \
                 f"{record['ename']}: {record.get('evalue', '')}".strip()
         elif not passed and exam.separator in text:
-            visible += "\nhidden tests: failed (details are not shown)"
+            visible += (f"\nhidden tests: {failed or 'some'} of {len(want)} checks failed "
+                        "(details are not shown)")
         verdicts.append(CellVerdict(cell.grade_id, cell.points if passed else 0.0, cell.points,
-                                    status, record.get("ename", ""), visible.strip()))
+                                    status, record.get("ename", ""), visible.strip(), failed, len(want)))
     return verdicts

@@ -1,19 +1,31 @@
-"""Execute one notebook for grading, in a child process the grader starts for it.
+"""Execute one notebook for grading: the trusted notebook client, in a child the grader starts.
 
-Runs as ``python -m trainperf.sandbox --result-fd N`` with the notebook (JSON) on stdin.
-Each executed cell's result is written as one JSON line to the result descriptor the
-moment the cell finishes, so a grader that has to kill a runaway submission still knows
-what ran. The kernel cannot write to that descriptor (it is not inherited), and the
-grader — not this process — turns results into scores.
+Runs as ``python -m trainperf.sandbox --result-fd N`` with a job (JSON) on stdin: the notebook,
+the command that starts the kernel (inside the sandbox, see :mod:`trainperf.isolate`), the
+folder for the kernel's connection file and sockets, and the limits. Only the kernel runs in
+the sandbox; this process runs as the grader, where the kernel can neither see nor signal it.
+
+Each code cell's result is written as one JSON line to the result descriptor the moment the
+cell finishes, so a grader that has to kill a runaway submission still knows what ran. Hidden
+checks' records (display data of type :data:`helpers._records.RECORD_MIME`) are taken out of
+the cell's outputs, capped, and sent with the cell's result; the grader compares them.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
+
+from helpers._records import MAX_RECORD_BYTES, RECORD_MIME
+
+MAX_RECORDS_PER_CELL = 5_000
+MAX_RECORD_BYTES_PER_CELL = 2 * 2**20
+STUCK_GRACE_S = 5.0  # after an interrupt, how long a kernel may take to become idle
 
 
 def _excerpt(outputs: list[dict[str, Any]], limit: int) -> str:
@@ -21,15 +33,87 @@ def _excerpt(outputs: list[dict[str, Any]], limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "\n…[output truncated]"
 
 
-def run(notebook: dict[str, Any], cell_timeout: int, max_output: int, emit) -> None:
+class CellRecords:
+    """Records of one cell, with the caps that keep a flood out of the grader's memory."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.size = 0
+        self.overflow = ""
+
+    def add(self, data: Any) -> None:
+        if self.overflow:
+            return
+        text = json.dumps(data, allow_nan=True) if not isinstance(data, str) else data
+        if len(text) > MAX_RECORD_BYTES + 1024:
+            data = {"error": f"a record of {len(text):,} bytes is over the {MAX_RECORD_BYTES:,}-byte cap"}
+            text = json.dumps(data)
+        if len(self.items) >= MAX_RECORDS_PER_CELL or self.size + len(text) > MAX_RECORD_BYTES_PER_CELL:
+            self.overflow = (f"the cell sent more than {MAX_RECORDS_PER_CELL:,} records or "
+                             f"{MAX_RECORD_BYTES_PER_CELL // 2**20} MiB of them")
+            return
+        self.items.append(data if isinstance(data, dict) else {"error": "a record that is not an object"})
+        self.size += len(text)
+
+
+def _kernel_manager(job: dict[str, Any]):
+    from jupyter_client.kernelspec import KernelSpec
+    from jupyter_client.manager import AsyncKernelManager
+
+    owner = job.get("kernel_uid")
+    spec = KernelSpec(argv=job["kernel_argv"], display_name="trainperf sandbox", language="python",
+                      interrupt_mode="message", env=job.get("kernel_env") or {})
+
+    class SandboxKernelManager(AsyncKernelManager):
+        """The kernel command is the sandbox's; the connection file goes to the kernel's uid."""
+
+        @property
+        def kernel_spec(self) -> KernelSpec:  # noqa: D102
+            return spec
+
+        def write_connection_file(self, **kwargs: Any) -> None:  # noqa: D102
+            super().write_connection_file(**kwargs)
+            if owner is not None:
+                os.chown(self.connection_file, owner, owner)
+
+    folder = Path(job["connection_dir"])
+    return SandboxKernelManager(transport="ipc", ip=str(folder / "k"),
+                                connection_file=str(folder / "kernel.json"))
+
+
+async def _is_stuck(client) -> bool:
+    """After an interrupt: does a trivial request get no answer within the grace period?"""
+    msg_id = client.kc.execute("pass", store_history=False, silent=True)
+    deadline = asyncio.get_running_loop().time() + STUCK_GRACE_S
+    while True:
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return True
+        try:
+            reply = await client.kc.get_shell_msg(timeout=remaining)
+        except Exception:  # queue.Empty or a closed channel
+            return True
+        if reply.get("parent_header", {}).get("msg_id") == msg_id:
+            return False
+
+
+async def run(job: dict[str, Any], emit) -> None:
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
-    class CappedClient(NotebookClient):
-        """Keeps at most ``max_output`` characters of output per cell in memory."""
+    cell_timeout, max_output = job["cell_timeout"], job["max_output"]
+    records: dict[int, CellRecords] = {}
+
+    class RecordingClient(NotebookClient):
+        """Keeps at most ``max_output`` characters per cell; takes hidden-check records out."""
 
         def output(self, outs, msg, display_id, cell_index):  # noqa: D102
+            content = msg.get("content", {})
+            data = content.get("data") or {}
+            if msg.get("msg_type") in ("display_data", "update_display_data") and RECORD_MIME in data:
+                records.setdefault(cell_index, CellRecords()).add(data[RECORD_MIME])
+                return None
             size = sum(len(json.dumps(o)) for o in outs)
             if size > max_output:
                 if not (outs and outs[-1].get("name") == "truncated"):
@@ -38,63 +122,77 @@ def run(notebook: dict[str, Any], cell_timeout: int, max_output: int, emit) -> N
                 return None
             return super().output(outs, msg, display_id, cell_index)
 
-    nb = nbformat.from_dict(notebook)
+    nb = nbformat.from_dict(job["notebook"])
     replies: dict[int, dict[str, Any]] = {}
-    client = CappedClient(
-        nb, timeout=cell_timeout, allow_errors=True, interrupt_on_timeout=True,
+    client = RecordingClient(
+        nb, km=_kernel_manager(job), timeout=cell_timeout, allow_errors=True,
+        interrupt_on_timeout=True, startup_timeout=job.get("startup_timeout", 120),
         error_on_timeout={"ename": "CellTimeoutError",
                           "evalue": f"the cell ran past the {cell_timeout} s limit", "traceback": []},
-        kernel_name="python3", record_timing=False,
+        kernel_name="python3", record_timing=False, iopub_timeout=4,
         on_cell_executed=lambda cell, cell_index, execute_reply: replies.__setitem__(
             cell_index, execute_reply["content"]),
+        resources={"metadata": {"path": job.get("cwd") or os.getcwd()}},
     )
-    with client.setup_kernel():
-        for index, cell in enumerate(nb.cells):
-            if cell.cell_type != "code" or not cell.source.strip():
-                continue
-            try:
-                client.execute_cell(cell, index)
-            except DeadKernelError:
-                emit({"index": index, "status": "died", "ename": "DeadKernelError",
-                      "evalue": "the kernel died while running this cell", "text": ""})
-                return
-            reply = replies.pop(index, {})
-            errors = [o for o in cell.outputs if o.get("output_type") == "error"]
-            failed = reply.get("status") == "error" or bool(errors)
-            # a timeout is reported in the reply; the kernel's own output says KeyboardInterrupt
-            first = reply if reply.get("ename") == "CellTimeoutError" or not errors else errors[0]
-            emit({"index": index, "status": "error" if failed else "ok",
-                  "ename": first.get("ename", "") if failed else "",
-                  "evalue": str(first.get("evalue", ""))[:2000] if failed else "",
-                  "text": _excerpt(cell.outputs, max_output)})
+    try:
+        async with client.async_setup_kernel():
+            provisioner = getattr(client.km, "provisioner", None)
+            emit({"kernel_pid": getattr(provisioner, "pid", None)})
+            for index, cell in enumerate(nb.cells):
+                if cell.cell_type != "code" or not cell.source.strip():
+                    continue
+                try:
+                    await client.async_execute_cell(cell, index)
+                except DeadKernelError:
+                    emit({"index": index, "status": "died", "ename": "DeadKernelError",
+                          "evalue": "the kernel died while running this cell", "text": "",
+                          **_records_of(records, index)})
+                    return
+                reply = replies.pop(index, {})
+                errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+                failed = reply.get("status") == "error" or bool(errors)
+                timed_out = reply.get("ename") == "CellTimeoutError"
+                # a timeout is reported in the reply; the kernel's own output says KeyboardInterrupt
+                first = reply if timed_out or not errors else errors[0]
+                result = {"index": index, "status": "error" if failed else "ok",
+                          "ename": first.get("ename", "") if failed else "",
+                          "evalue": str(first.get("evalue", ""))[:2000] if failed else "",
+                          "text": _excerpt(cell.outputs, max_output), **_records_of(records, index)}
+                if timed_out and await _is_stuck(client):
+                    result["stuck"] = True
+                    emit(result)
+                    await client.km.shutdown_kernel(now=True)
+                    return
+                emit(result)
+    except DeadKernelError:
+        return  # reported above, or the kernel died while shutting down
+    except RuntimeError as exc:  # the kernel never started
+        emit({"start_error": str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__})
 
 
-def _limit_resources(memory_mb: int) -> None:
-    """Cap the address space (inherited by the kernel) and switch off core dumps."""
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if memory_mb > 0:
-        limit = memory_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+def _records_of(records: dict[int, CellRecords], index: int) -> dict[str, Any]:
+    cell = records.get(index)
+    if cell is None:
+        return {}
+    out: dict[str, Any] = {"records": cell.items}
+    if cell.overflow:
+        out["records_overflow"] = cell.overflow
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--result-fd", type=int, required=True)
-    parser.add_argument("--cell-timeout", type=int, default=60)
-    parser.add_argument("--max-output", type=int, default=20_000)
     args = parser.parse_args()
     os.set_inheritable(args.result_fd, False)  # the kernel must not get this descriptor
-    _limit_resources(int(os.environ.get("TP_MEMORY_MB", "0")))
     sink = os.fdopen(args.result_fd, "w", buffering=1)
-    notebook = json.load(sys.stdin)
+    job = json.load(sys.stdin)
 
     def emit(record: dict[str, Any]) -> None:
-        sink.write(json.dumps(record) + "\n")
+        sink.write(json.dumps(record, allow_nan=True) + "\n")
         sink.flush()
 
-    run(notebook, args.cell_timeout, args.max_output, emit)
+    asyncio.run(run(job, emit))
     emit({"done": True})
     return 0
 

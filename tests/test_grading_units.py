@@ -1,0 +1,205 @@
+"""Unit tests of the grading pieces that need no notebook: the hidden-test format, plain data,
+the comparison, scoring against a reference, submissions on disk, the CSV and copy flags."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import pytest
+
+from helpers import _records, checks
+from trainperf.copies import flags
+from trainperf.exam import Exam, GradedCell, matches, score
+from trainperf.hidden import lint_hidden, split_hidden, strip_expectations
+from trainperf.results import Outcome, StudentRow, write_csv, write_feedback
+from trainperf.sandbox import MAX_RECORDS_PER_CELL, CellRecords
+from trainperf.submissions import discover, display_name, file_stem, read_submission, spreadsheet_safe
+
+HIDDEN = '''x = 1
+### BEGIN HIDDEN TESTS
+for case in [1, 2]:
+    checks.hidden.close(f(case), f"f({case})", expect=lambda: secret(case), rtol=1e-3)
+### END HIDDEN TESTS
+'''
+
+
+def test_strip_removes_every_expected_side():
+    visible, hidden = split_hidden(HIDDEN)
+    assert visible == "x = 1\n"
+    stripped = strip_expectations(hidden)
+    assert "secret" not in stripped and "expect=None" in stripped and "rtol=0.001" in stripped
+    assert lint_hidden(hidden) == []
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("### BEGIN HIDDEN TESTS\ny = f(1)\n### END HIDDEN TESTS\n", "nothing would be graded"),
+    ("### BEGIN HIDDEN TESTS\nchecks.hidden.equal(f(1), 'w', expect=secret)\n", "expect=lambda"),
+    ("### BEGIN HIDDEN TESTS\nchecks.hidden.equal(f(1), 'w', expect=lambda: 1)\n"
+     "checks.close(f(2), secret(2), 'v')\n", "visible check"),
+    ("### BEGIN HIDDEN TESTS\n    indented = True\n", "does not parse"),
+])
+def test_lint_names_what_breaks_the_format(bad, words):
+    problems = lint_hidden(bad)
+    assert any(words in p for p in problems), problems
+
+
+def test_plain_data_refuses_lying_objects_and_converts_numbers():
+    import numpy as np
+    import torch
+
+    class Liar(float):
+        def __eq__(self, other):
+            return True
+
+    assert _records.to_plain((1, 2.5, "a", None, True)) == [1, 2.5, "a", None, True]
+    assert _records.to_plain({0: np.float32(1.5), "t": torch.tensor([1, 2])}) == {"0": 1.5, "t": [1, 2]}
+    for bad in (Liar(1.0), object(), torch.zeros(20_000), {(1, 2): 3}):
+        with pytest.raises(_records.NotPlain):
+            _records.to_plain(bad)
+
+
+def test_compare_kinds():
+    assert _records.compare("close", [1.0, 2.0], [1.0, 2.0000001])
+    assert not _records.compare("close", [1.0], [1.0, 2.0])
+    assert not _records.compare("close", float("nan"), 1.0)
+    assert _records.compare("equal", " Compute ", "compute")
+    assert not _records.compare("equal", 1, True) and not _records.compare("equal", True, 1)
+    assert _records.compare("one_of", "memory", ["compute", "memory"])
+    assert not _records.compare("one_of", "disk", ["compute", "memory"])
+    with pytest.raises(ValueError):
+        _records.compare("greater", 1, 2)
+
+
+def test_hidden_check_compares_in_kernel_without_the_grader(monkeypatch):
+    monkeypatch.delenv(_records.RECORD_ENV, raising=False)
+    checks.hidden.close(2.0, "x", expect=lambda: 2.0)
+    with pytest.raises(checks.CheckFailed, match="expected 3"):
+        checks.hidden.close(2.0, "x", expect=lambda: 3.0)
+    with pytest.raises(checks.CheckFailed, match="no expected value"):
+        checks.hidden.equal(2, "x", expect=None)  # never a pass without a comparison
+
+
+def test_hidden_check_only_records_for_the_grader(monkeypatch):
+    emitted = []
+    monkeypatch.setenv(_records.RECORD_ENV, "1")
+    monkeypatch.setattr(_records, "emit", emitted.append)
+    checks.hidden.close(2.0, "x", expect=None, rtol=0.01)
+    assert emitted == [{"what": "x", "kind": "close", "rtol": 0.01, "atol": 0.0, "value": 2.0}]
+    checks.hidden.equal("a", "y", expect=lambda: "A")  # the reference run: checked and recorded
+    assert emitted[-1]["expected"] == "A"
+    with pytest.raises(checks.CheckFailed):
+        checks.hidden.equal("a", "y", expect=lambda: "b")
+
+
+def _exam() -> Exam:
+    return Exam({}, [GradedCell("ex1_test", 2.0, 3)], {"ex1": 2}, "SEP")
+
+
+REFERENCE = {"ex1_test": [{"what": "a", "kind": "close", "rtol": 1e-3, "atol": 0.0, "value": 10.0,
+                           "expected": 10.0},
+                          {"what": "b", "kind": "one_of", "rtol": 1e-6, "atol": 0.0, "value": "x",
+                           "expected": ["x", "y"]}]}
+
+
+@pytest.mark.parametrize("records, points", [
+    ([{"what": "a", "value": 10.005}, {"what": "b", "value": "Y"}], 2.0),
+    ([{"what": "a", "value": 10.1}, {"what": "b", "value": "x"}], 0.0),  # outside the reference's rtol
+    ([{"what": "a", "value": 10.0}], 0.0),  # a check missing
+    ([{"what": "b", "value": "x"}, {"what": "a", "value": 10.0}], 0.0),  # out of order
+    ([{"what": "a", "value": 10.0}, {"what": "b", "value": "x"}, {"what": "c", "value": 1}], 0.0),
+    ([{"what": "a", "error": "a Liar is not a number"}, {"what": "b", "value": "x"}], 0.0),
+    ([{"event": "blocked-call"}, {"what": "a", "value": 10.0}, {"what": "b", "value": "x"}], 2.0),
+])
+def test_score_compares_with_the_reference_outside_the_kernel(records, points):
+    record = {"index": 3, "status": "ok", "text": "✓ visible\nSEP\n", "records": records}
+    verdict = score(_exam(), {3: record}, REFERENCE)[0]
+    assert verdict.points == points
+    assert "SEP" not in verdict.visible
+
+
+def test_a_failed_cell_scores_zero_even_with_matching_records():
+    record = {"index": 3, "status": "error", "ename": "CheckFailed", "evalue": "", "text": "",
+              "records": [{"what": "a", "value": 10.0}, {"what": "b", "value": "x"}]}
+    assert score(_exam(), {3: record}, REFERENCE)[0].points == 0
+
+
+def test_matches_never_trusts_the_learners_kind_or_tolerance():
+    want = REFERENCE["ex1_test"][0]
+    assert not matches({"what": "a", "value": 50.0, "kind": "close", "rtol": 10.0}, want)
+
+
+def test_records_are_capped():
+    cell = CellRecords()
+    for _ in range(MAX_RECORDS_PER_CELL + 10):
+        cell.add({"what": "x", "value": 1})
+    assert len(cell.items) == MAX_RECORDS_PER_CELL and cell.overflow
+    big = CellRecords()
+    big.add({"what": "x", "value": "y" * (1 << 20)})
+    assert "error" in big.items[0] and len(json.dumps(big.items[0])) < 1000
+
+
+def test_names_csv_and_feedback_are_safe(tmp_path):
+    raw = os.fsdecode(b"caf\xe9-\xff")
+    assert display_name(raw) == "caf\ufffd-\ufffd"
+    assert spreadsheet_safe("=1+1") == "'=1+1" and spreadsheet_safe("-2") == "'-2"
+    assert spreadsheet_safe("ok") == "ok"
+    assert len(file_stem("x" * 300).encode()) < 100
+    rows = [StudentRow(name, {"01": Outcome(name, "01", 1, 2)}) for name in (raw, "=cmd()", "@SUM(A1)")]
+    write_csv(rows, ["01"], tmp_path / "g.csv")
+    with open(tmp_path / "g.csv", encoding="utf-8") as fh:
+        ids = [r["student_id"] for r in csv.DictReader(fh)]
+    assert set(ids) == {"'=cmd()", "'@SUM(A1)", "caf\ufffd-\ufffd"}
+    for row in rows:
+        assert write_feedback(row, tmp_path / "fb").is_file()
+
+
+def test_discover_never_follows_links(tmp_path):
+    subs = tmp_path / "subs"
+    (subs / "ada" / "01_x").mkdir(parents=True)
+    (subs / "ada" / "01_x" / "01_x.ipynb").write_text("{}")
+    os.symlink(subs / "ada", subs / "bob")
+    (subs / "eve" / "01_x").mkdir(parents=True)
+    os.symlink(subs / "ada" / "01_x" / "01_x.ipynb", subs / "eve" / "01_x" / "01_x.ipynb")
+    found = discover(subs, {"01_x.ipynb": "01_x"}, ["01_x"])
+    assert list(found.notebooks["ada"]) == ["01_x"]
+    assert found.notebooks["bob"] == {} and "symbolic link" in found.notes["bob"][0]
+    assert found.notebooks["eve"] == {} and "symbolic link" in found.notes["eve"][0]
+
+
+def test_read_submission_reports_what_is_wrong(tmp_path):
+    for text, words in [("", "empty file"), ('{"cells": [', "not valid JSON"), ("[]", "not a Jupyter")]:
+        (tmp_path / "a.ipynb").write_text(text)
+        nb, problem, _ = read_submission(tmp_path / "a.ipynb")
+        assert nb is None and words in problem
+
+
+def test_copy_flags_catch_pasted_helpers_but_not_honest_answers():
+    import inspect
+    from pathlib import Path
+
+    import helpers
+    from helpers import roofline
+
+    package = str(Path(helpers.__file__).parent)
+    pasted = inspect.getsource(roofline.critical_m).replace("bandwidth", "bw")
+    assert flags({"ex4": pasted}, package) == ["answer ex4 copies helpers.roofline.critical_m — review"]
+    honest = "def gemm_intensity(M, K, N, b):\n    return 2 * M * K * N / (b * (M * K + K * N + M * N))\n"
+    assert flags({"ex1": honest}, package) == []
+    assert "importlib.reload" in flags({"ex1": "import importlib\nimportlib.reload(x)"}, package)[0]
+
+
+def test_blocked_reaches_a_copy_rebuilt_from_source_but_not_a_learners_own_cell():
+    import inspect
+
+    from helpers import roofline
+
+    space = dict(roofline.__dict__)
+    exec(compile(inspect.getsource(roofline.critical_m), "<copied>", "exec"), space)
+    own: dict = {}
+    exec(compile("def flops(M, K, N):\n    return 2 * M * K * N\n", "/tmp/ipykernel_1/2.py", "exec"), own)
+    with checks.blocked(roofline, "critical_m", "gemm_flops"):
+        with pytest.raises(RuntimeError, match="switched off"):
+            space["critical_m"](4096, 4096, 2, 1e15, 3e12)
+        assert own["flops"](1, 2, 3) == 12
