@@ -203,3 +203,44 @@ def test_blocked_reaches_a_copy_rebuilt_from_source_but_not_a_learners_own_cell(
         with pytest.raises(RuntimeError, match="switched off"):
             space["critical_m"](4096, 4096, 2, 1e15, 3e12)
         assert own["flops"](1, 2, 3) == 12
+
+
+def test_isolation_says_why_it_is_weaker(monkeypatch, tmp_path):
+    import shutil
+
+    from trainperf import isolate
+
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
+    found = isolate.detect(tmp_path, tmp_path)
+    assert found.level == "none" and "bubblewrap (bwrap) is not installed" in found.why
+    monkeypatch.setattr(shutil, "which", lambda name: "/bin/bwrap" if name == "bwrap" else real_which(name))
+    monkeypatch.setattr(isolate, "python_paths", lambda: [tmp_path])
+    inside = isolate.detect(tmp_path, tmp_path / "checkout")
+    assert inside.level == "none" and "lies inside" in inside.why
+
+
+def test_require_isolation_is_one_clear_error(monkeypatch, tmp_path, capsys):
+    from trainperf import grade as grading
+    from trainperf.cli import main
+
+    monkeypatch.setattr(grading, "detect", lambda site, root: grading.Isolation("none", "no bwrap here"))
+    (tmp_path / "subs" / "ada").mkdir(parents=True)
+    code = main(["grade", str(tmp_path / "subs"), "--out", str(tmp_path / "g.csv"), "--chapters", "1",
+                 "--require-isolation"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["trainperf: isolation required but not available: no bwrap here"]
+
+
+def test_sandbox_commands_per_level(tmp_path):
+    from trainperf.isolate import KernelLimits, kernel_argv
+
+    uid_argv, _ = kernel_argv("uid", 1_234_567, tmp_path, tmp_path / "c", KernelLimits(), record=True)
+    assert uid_argv[0] == "bwrap" and "--unshare-pid" in uid_argv and "--unshare-net" in uid_argv
+    assert "--reuid=1234567" in uid_argv and "--no-new-privs" in uid_argv
+    assert "TRAINPERF_RECORD_HIDDEN" in uid_argv and uid_argv[-1] == "{connection_file}"
+    user_argv, _ = kernel_argv("userns", None, tmp_path, tmp_path / "c", KernelLimits(), record=False)
+    assert "--unshare-user" in user_argv and "setpriv" not in user_argv
+    assert "TRAINPERF_RECORD_HIDDEN" not in user_argv
+    plain, env = kernel_argv("none", None, tmp_path, tmp_path / "c", KernelLimits(), record=True)
+    assert plain[0] != "bwrap" and env["TRAINPERF_RECORD_HIDDEN"] == "1"
