@@ -260,7 +260,7 @@ def same_result(baseline: Any, tuned: Any, rtol: float = 1e-5, atol: float = 1e-
             same_result(baseline[k], tuned[k], rtol, atol) for k in baseline)
     if isinstance(baseline, (list, tuple)) and isinstance(tuned, (list, tuple)):
         return len(baseline) == len(tuned) and all(
-            same_result(a, b, rtol, atol) for a, b in zip(baseline, tuned))
+            same_result(a, b, rtol, atol) for a, b in zip(baseline, tuned, strict=True))
     a = torch.as_tensor(baseline, dtype=torch.float64)
     b = torch.as_tensor(tuned, dtype=torch.float64)
     return a.shape == b.shape and bool(torch.allclose(a, b, rtol=rtol, atol=atol))

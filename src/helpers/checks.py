@@ -28,6 +28,7 @@ from typing import Any
 
 from . import _records
 
+
 class CheckFailed(AssertionError):
     """A wrong answer. The message is meant for the learner, not for a developer."""
 
@@ -231,7 +232,7 @@ def blocked(module: Any, *names: str) -> Iterator[None]:
         targets.append(fn)
     saved: list[tuple[types.FunctionType, types.CodeType, Any, Any]] = []
     try:
-        for name, copies in zip(names, _copies_of(targets)):
+        for name, copies in zip(names, _copies_of(targets), strict=True):
             stand_in = _blocked_function(f"{label}.{name}")
             for copy in copies:
                 if copy.__code__.co_freevars:

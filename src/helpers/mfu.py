@@ -360,8 +360,10 @@ class PublishedMFU:
 
 #: MFU of large dense training runs as their papers report it.
 PUBLISHED_MFU = (
-    PublishedMFU("GPT-3 175B", 0.213, 0.213, "as computed in the PaLM paper, Chowdhery et al. 2022, Table 3"),
-    PublishedMFU("Gopher 280B", 0.325, 0.325, "as computed in the PaLM paper, Chowdhery et al. 2022, Table 3"),
+    PublishedMFU("GPT-3 175B", 0.213, 0.213,
+                 "as computed in the PaLM paper, Chowdhery et al. 2022, Table 3"),
+    PublishedMFU("Gopher 280B", 0.325, 0.325,
+                 "as computed in the PaLM paper, Chowdhery et al. 2022, Table 3"),
     PublishedMFU("Megatron-Turing NLG 530B", 0.302, 0.302,
                  "as computed in the PaLM paper, Chowdhery et al. 2022, Table 3"),
     PublishedMFU("PaLM 540B", 0.462, 0.462, "Chowdhery et al. 2022, Table 3"),
