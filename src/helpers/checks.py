@@ -1,6 +1,6 @@
 """Friendly checks for exercise cells.
 
-**Visible checks** (:func:`close`, :func:`equal`, :func:`one_of`) compare on the spot: each
+**Visible checks** (:func:`close`, :func:`equal`, :func:`one_of`, :func:`at_most`) compare on the spot: each
 prints one line starting with a tick when the answer is right, and raises
 :class:`CheckFailed` (an ``AssertionError``, so nbgrader scores the cell 0) with one or two
 lines saying what was expected, what was got, and a hint when it is wrong.
@@ -102,6 +102,14 @@ def one_of(got: Any, allowed: Iterable[Any], what: str, *, hint: str = "") -> No
     options = list(allowed)
     if got not in options:
         _fail(what, "one of " + ", ".join(_fmt(o) for o in options), got, hint)
+
+
+def at_most(count: Any, limit: int, what: str, *, hint: str = "", quiet: bool = False) -> None:
+    """Check that a count is at most ``limit``; a failure says the count and the limit."""
+    __tracebackhide__ = True
+    if isinstance(count, bool) or not isinstance(count, int) or count > limit:
+        _fail(what, f"at most {_fmt(limit)}", count, hint)
+    _ok(f"{what}: {count} (at most {limit})", quiet)
 
 
 class _Hidden:
