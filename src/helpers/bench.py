@@ -357,8 +357,10 @@ def profile_sync_events(fn: Callable[[], Any], steps: int = 3) -> dict[str, int]
                            "use bench.count_host_syncs(fn) to count read-backs on any device.")
     from torch.profiler import ProfilerActivity, profile
 
+    from ._quiet import profiler_notices_hidden
+
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profiler_notices_hidden(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             fn()
         torch.cuda.synchronize()

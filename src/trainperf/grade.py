@@ -119,7 +119,8 @@ def _read_submission(path: Path) -> tuple[dict | None, str]:
     try:
         json.loads(path.read_bytes())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        where = (f"; line {exc.lineno}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError)
+                 else "")
         return None, f"the submitted notebook is not valid JSON ({getattr(exc, 'msg', exc)}{where})"
     try:
         nb = nbformat.read(path, as_version=4)
