@@ -163,8 +163,8 @@ def optimal_splits(layer_times: list[float], stages: int) -> list[list[int]]:
     best, found = math.inf, []
     for cuts in combinations(range(1, n), stages - 1):
         bounds = (0, *cuts, n)
-        slowest = max(prefix[b] - prefix[a] for a, b in zip(bounds, bounds[1:]))
-        split = [b - a for a, b in zip(bounds, bounds[1:])]
+        slowest = max(prefix[b] - prefix[a] for a, b in zip(bounds, bounds[1:], strict=False))
+        split = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
         tie = 1e-9 * max(1.0, abs(slowest))  # sums in another order may differ in the last bits
         if not found or slowest < best - tie:
             best, found = slowest, [split]

@@ -96,7 +96,7 @@ def critical_m(K: int, N: int, bytes_per_element: float, peak_flops: float,
 
 @dataclass(frozen=True)
 class CostRow:
-    """One row of the seed's cost-model table."""
+    """One row of the cost-model table (fixed weights, growing M)."""
 
     M: int
     K: int
@@ -125,7 +125,7 @@ def cost_row(M: int, K: int, N: int, bytes_per_element: float, peak_flops: float
 
 def cost_table(Ms: Sequence[int], K: int = 4096, N: int = 4096, bytes_per_element: float = 2,
                peak_flops: float = 989.5e12, bandwidth: float = 3.35e12) -> list[CostRow]:
-    """The seed's table: fixed weight K×N, growing M. Defaults: H100 SXM, bf16."""
+    """The cost-model table: fixed weight K×N, growing M. Defaults: H100 SXM, bf16."""
     return [cost_row(m, K, N, bytes_per_element, peak_flops, bandwidth) for m in Ms]
 
 
