@@ -220,3 +220,12 @@ def test_noisy_runs_say_so_in_the_report():
     assert run.warnings() == []
     run = mfu.TrainingRun(cfg, 8, 64, "cpu", None, noisy, 1e9, 10**9, peak, "CPU")
     assert len(run.warnings()) == 2 and "busy machine" in run.report().format()
+
+
+@pytest.mark.parametrize("argv,message", [(["--batch", "0"], "batch_size must be >= 1"),
+                                          (["--config", "nope"], "No model config 'nope'")])
+def test_benchmark_command_bad_input_is_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as done:
+        mfu.main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and message in err and "Traceback" not in err

@@ -151,3 +151,10 @@ def test_profiling_writes_nothing_to_stderr_but_real_errors_pass():
     assert done.returncode == 0, done.stderr
     assert "USDT" not in done.stderr and "profiler_start" not in done.stderr
     assert done.stderr.strip() == "a real native error"
+
+
+def test_demo_command_bad_window_is_one_line(capsys):
+    with pytest.raises(SystemExit) as done:
+        nvtx._demo_main(["--first", "5", "--last", "2"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "need 0 <= --first <= --last < --steps" in err

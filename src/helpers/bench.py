@@ -1,4 +1,4 @@
-"""Honest timing: warm-up that is never timed, device synchronisation, medians with spread.
+"""Honest timing: warm-up that is never timed, device synchronization, medians with spread.
 
 On a CUDA device each call is timed with CUDA events (device time between two points in
 the stream); on CPU with ``time.perf_counter`` after the work has finished.
@@ -107,11 +107,11 @@ def measure(
 ) -> Measurement:
     """Time ``fn()``: one cold call, ``warmup - 1`` more untimed calls, then ``iters`` timed.
 
-    Every sample is bracketed by device synchronisation, so it is the time the work took,
+    Every sample is bracketed by device synchronization, so it is the time the work took,
     not the time it took to queue it. On CUDA the samples come from CUDA events and the
     result carries the peak allocated memory of the timed calls (the peak is reset after
     warm-up). ``clock`` (seconds, e.g. ``time.perf_counter``) and ``sync`` replace the
-    timer and the synchronisation: tests and exercises use them to time a fake device
+    timer and the synchronization: tests and exercises use them to time a fake device
     deterministically; with a ``clock`` no CUDA events are used.
     """
     if not callable(fn):
@@ -407,7 +407,7 @@ class FakeAsyncDevice:
 
     ``step()`` queues work of the next programmed duration and returns at once, as a CUDA
     launch does; the fake ``clock()`` only moves when ``synchronize()`` waits for the queued
-    work. So a timer that forgets to synchronise measures (almost) nothing, as it would on a
+    work. So a timer that forgets to synchronize measures (almost) nothing, as it would on a
     GPU. Memory works like ``torch.cuda``: ``step()`` raises the peak to its programmed
     figure, ``reset_peak_memory_stats()`` clears it, ``max_memory_allocated()`` reads it.
     """

@@ -83,14 +83,14 @@ def tokens_per_step(micro_batch_size: int, seq_len: int, grad_accum_steps: int =
 
 
 def mfu(model_flops: float, step_time_s: float, num_devices: int, peak_flops_per_device: float) -> float:
-    """Model FLOPs utilisation: model_flops / (step_time_s · num_devices · peak_flops_per_device)."""
+    """Model FLOPs utilization: model_flops / (step_time_s · num_devices · peak_flops_per_device)."""
     _positive(model_flops=model_flops, step_time_s=step_time_s, peak_flops_per_device=peak_flops_per_device)
     _count(num_devices=num_devices)
     return model_flops / (step_time_s * num_devices * peak_flops_per_device)
 
 
 def hfu(executed_flops: float, step_time_s: float, num_devices: int, peak_flops_per_device: float) -> float:
-    """Hardware FLOPs utilisation: the same denominator as MFU over the FLOPs actually executed."""
+    """Hardware FLOPs utilization: the same denominator as MFU over the FLOPs actually executed."""
     _positive(executed_flops=executed_flops, step_time_s=step_time_s,
               peak_flops_per_device=peak_flops_per_device)
     _count(num_devices=num_devices)
@@ -603,8 +603,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--full", action="store_true", help="larger default model and peak GEMM")
     args = parser.parse_args(argv)
     autocast = None if args.autocast == "none" else args.autocast
-    result = measure_training(args.config, args.batch, args.seq, args.device, autocast,
-                              args.warmup, args.iters, quick=not args.full)
+    try:
+        result = measure_training(args.config, args.batch, args.seq, args.device, autocast,
+                                  args.warmup, args.iters, quick=not args.full)
+    except (ValueError, KeyError, TypeError, RuntimeError) as err:  # bad input: one line, no traceback
+        parser.error(str(err.args[0]) if err.args else str(err))
     print(models.describe(result.config))
     print(result.report().format())
     print(f"\ntokens/s {result.tokens_per_second:,.0f} | MFU {result.mfu:.2%} | HFU {result.hfu:.2%} "

@@ -442,11 +442,14 @@ def _demo_main(argv: Sequence[str] | None = None) -> None:
     """``python -m helpers.nvtx --steps 20 --first 10 --last 14``: the loop nsys captures."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=_demo_main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m helpers.nvtx", description=_demo_main.__doc__)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--first", type=int, default=10)
     parser.add_argument("--last", type=int, default=14)
     args = parser.parse_args(argv)
+    if not 0 <= args.first <= args.last < args.steps:
+        parser.error(f"need 0 <= --first <= --last < --steps, got first={args.first}, "
+                     f"last={args.last}, steps={args.steps}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, optimizer, batches = demo_setup(device, width=512, n_batches=args.steps, batch_size=256)
     window = CudaProfilerRange(args.first, args.last)

@@ -258,7 +258,7 @@ def classify(step: StepBreakdown, threshold: float = 0.2) -> Verdict:
     host overhead and pipeline bubble, if it is at least ``threshold`` × the step's COMPUTE
     time; otherwise "compute-bound" (the device is mostly computing).
 
-    The yardstick is compute time, as in the common rule of thumb that flags data loading when
+    The measure is compute time, as in a common guideline that flags data loading when
     it takes more than 20% of the compute time; the course applies the same test to every waste.
     """
     if not 0 < threshold < 1:
