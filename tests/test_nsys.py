@@ -409,3 +409,14 @@ def test_without_nsys_the_notebook_falls_back_to_labelled_examples(monkeypatch):
     assert what.startswith("EXAMPLE") and "not a capture" in what and "nsys is not installed" in what
     with pytest.raises(RuntimeError, match="nsys is not on PATH"):
         nsys.capture_demo()
+
+
+def test_supports_trace_asks_this_machines_nsys(monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(nsys.shutil, "which", lambda _name: None)
+    assert nsys.supports_trace("nccl") is None  # no nsys here: unknown, not False
+    monkeypatch.setattr(nsys.shutil, "which", lambda _name: "/usr/bin/nsys")
+    help_text = "-t, --trace=\n   Possible values: cuda, nvtx, osrt, cublas, nccl, none\n-s, --sample="
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, help_text, ""))
+    assert nsys.supports_trace("nccl") is True and nsys.supports_trace("mpi") is False
