@@ -22,6 +22,10 @@ def test_percentile_interpolates():
 def test_bad_arguments():
     with pytest.raises(ValueError):
         bench.measure(lambda: None, iters=0)
+    with pytest.raises(TypeError, match="function called with no arguments"):
+        bench.measure(5)
+    with pytest.raises(ValueError, match="whole number"):
+        bench.measure(lambda: None, iters=2.5)
     with pytest.raises(ValueError, match="Unknown device"):
         bench.resolve_device("tpu")
 
@@ -153,3 +157,35 @@ def test_logged_loop_same_numbers_fewer_read_backs():
 def test_profile_sync_events_says_it_needs_a_gpu():
     with pytest.raises(RuntimeError, match="CUDA"):
         bench.profile_sync_events(lambda: None)
+
+
+def test_copies_to_the_host_count_on_every_device():
+    loss = torch.tensor(2.0)
+
+    def per_step_copy():
+        kept = [loss.detach().cpu() for _ in range(3)]  # a blocking copy per step on a GPU
+        kept.append(loss.to("cpu"))
+        kept.append(loss.to(device=torch.device("cpu")))
+        return kept
+
+    _, counts = bench.count_host_syncs(per_step_copy)
+    assert counts.by_kind == {"cpu": 3, "to": 2}
+    _, none = bench.count_host_syncs(lambda: loss.to(torch.float64) + loss.detach())
+    assert none.total == 0  # a dtype change and device-side math are not read-backs
+
+
+def test_measure_interleaved_takes_turns():
+    order = []
+    result = bench.measure_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")},
+                                       warmup=2, iters=3, device="cpu")
+    assert order == ["a", "a", "b", "b"] + ["a", "b"] * 3
+    assert set(result) == {"a", "b"} and all(len(m.samples) == 3 for m in result.values())
+    with pytest.raises(TypeError):
+        bench.measure_interleaved({"a": 1})
+
+
+def test_same_result_compares_values_not_identity():
+    assert bench.same_result([1.0, torch.tensor(2.0)], (1.0, 2.0 + 1e-9))
+    assert not bench.same_result([1.0, 2.0], [1.0, 2.1])
+    assert not bench.same_result([1.0], [1.0, 2.0])
+    assert bench.same_result({"loss": 3.0}, {"loss": torch.tensor(3.0)})

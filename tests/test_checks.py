@@ -77,3 +77,13 @@ def test_blocked_reaches_copies_from_a_reimported_module():
         sys.modules["helpers.roofline"] = saved
         import helpers
         helpers.roofline = saved
+
+
+def test_at_most_says_the_count_and_the_limit(capsys):
+    checks.at_most(2, 3, "host read-backs")
+    assert "✓ host read-backs: 2 (at most 3)" in capsys.readouterr().out
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.at_most(23, 5, "host read-backs in 23 steps", hint="sum on the device")
+    assert "expected at most 5, got 23" in str(info.value) and "True" not in str(info.value)
+    with pytest.raises(checks.CheckFailed):
+        checks.at_most(None, 5, "count")

@@ -245,9 +245,9 @@ def test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32(gpu, monk
                                               (torch.bfloat16, False)]  # TF32 only for "tf32"
     assert all(r[0] == (n, n) and r[3] == (5 if quick else 20) for r in gemms)
     assert torch.backends.cuda.matmul.allow_tf32 is False  # restored
-    assert result.gemm_flops["bf16"] == pytest.approx(2 * n**3 / 0.003)  # median, not min
+    assert result.gemm_flops["bf16"] == pytest.approx(2 * n**3 / 0.002)  # a roof: the fastest run
     assert copy[0] == (mib * 2**20 // 4,) and result.copy_bytes == 2 * mib * 2**20
-    assert result.copy_bandwidth == pytest.approx(2 * mib * 2**20 / 0.003)
+    assert result.copy_bandwidth == pytest.approx(2 * mib * 2**20 / 0.002)
 
 
 def test_measure_device_restores_tf32_when_a_gemm_fails(gpu, monkeypatch, tf32_off):
@@ -281,7 +281,7 @@ def test_device_peak_without_a_datasheet_figure_is_measured(monkeypatch, gpu_nam
     def fake_measure_device(device, dtypes, quick):
         result = hardware.MeasuredDevice(str(device), gpu_name, 4096)
         result.gemm_runs[dtypes[0]] = run
-        result.gemm_flops[dtypes[0]] = 2 * 4096**3 / run.median
+        result.gemm_flops[dtypes[0]] = 2 * 4096**3 / run.min  # as measure_device does
         return result
 
     monkeypatch.setattr(hardware, "measure_device", fake_measure_device)
@@ -348,6 +348,30 @@ def test_a_failing_nvtx_call_disables_nvtx_but_not_the_range(torch_nvtx, monkeyp
     with nvtx.annotate("backward"):
         pass
     assert torch_nvtx == [] and nvtx._disabled  # no pop without a push; training went on
+
+
+def test_top_operators_adds_cuda_activity_on_a_gpu(gpu, monkeypatch):
+    import torch.profiler as tp
+
+    seen = {}
+
+    class FakeProfile:
+        def __init__(self, activities):
+            seen["activities"] = activities
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def key_averages(self):
+            return type("Averages", (), {"table": lambda _self, **kw: f"table {sorted(kw.items())}"})()
+
+    monkeypatch.setattr(tp, "profile", FakeProfile)
+    text = nvtx.top_operators(lambda: None, row_limit=3)
+    assert seen["activities"] == [tp.ProfilerActivity.CPU, tp.ProfilerActivity.CUDA]
+    assert "row_limit', 3" in text and "self_cpu_time_total" in text
 
 
 def test_cuda_profiler_range_syncs_then_starts_and_stops_the_capture(gpu, monkeypatch):
@@ -429,6 +453,7 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
     "nvtx._push": "test_a_failing_nvtx_call_disables_nvtx_but_not_the_range",
     "nvtx._pop": "test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges",
     "nvtx.CudaProfilerRange": "test_cuda_profiler_range_syncs_then_starts_and_stops_the_capture",
+    "nvtx.top_operators": "test_top_operators_adds_cuda_activity_on_a_gpu",
     "nvtx._demo_main": "test_nvtx_demo_loop_runs_on_the_gpu_with_a_capture_window",
     "nsys.example_or_capture": "test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples",
     "_ddp.record_ddp": "test_record_ddp_on_cuda_runs_ranks_as_fresh_processes",

@@ -8,8 +8,9 @@ would (Run All; at each exercise stop, check it is the stub's NotImplementedErro
 the cells below), checks that each widget rendered live (not the static fallback picture),
 moves every slider and changes every dropdown, and checks that the view redraws. For the
 roofline explorer it checks specifically that the plot and the cost-model row change with M
-and with the device preset. Screenshots are saved (the path is printed); a JavaScript error in
-the console fails the test.
+and with the device preset, and that after a preset change the title names the preset and the
+row holds the preset's exact datasheet figures. Screenshots are saved (the path is printed); a
+JavaScript error in the console fails the test.
 
 Skips, with the reason, only where no Chromium or no Playwright can be had: ``.ci/run`` installs
 Debian's ``chromium``; ``playwright`` is in the ``course`` extra (its bundled browsers are never
@@ -347,11 +348,18 @@ def poke_every_control(view, label: str) -> list[str]:
 
 
 def check_roofline_explorer(view, page, shots: Path) -> None:
-    """The M slider and the device preset change the operating point and the cost-model row."""
-    row = view.locator(".widget-html-content").first
+    """The M slider and the device preset change the operating point and the cost-model row;
+    after a preset change the title names the preset and the row holds its EXACT figures
+    (the log sliders can only show them rounded to their step)."""
+    from helpers import roofline
+
+    title = view.locator(".widget-html-content").nth(0)
+    row = view.locator(".widget-html-content").nth(1)
     m_slider = view.locator(".widget-slider", has=page.locator(".widget-label", has_text="M")).first
     first_row, first_plot = _snapshot(view)
     assert "M=64" in row.inner_text() and "-bound" in row.inner_text(), row.inner_text()
+    assert title.inner_text().replace("\xa0", " ").startswith("H100 SXM · bf16: peak 989.5 TFLOP/s"), \
+        title.inner_text()
     assert first_plot and first_plot[0].startswith("data:image/png"), "no plot image in the widget"
 
     _drag_slider(view, m_slider, 0.9)
@@ -369,6 +377,17 @@ def check_roofline_explorer(view, page, shots: Path) -> None:
     # the operating point keeps M and moves onto the new roofs
     _wait_change(view, after_m, f"roofline preset -> {target}", expect=f"M={new_m}:")
     assert _readout(peak) != old_peak, "changing the preset did not move the peak slider"
+    page.wait_for_timeout(1000)  # let any value the front end sends back arrive
+    target = target.replace("\xa0", " ")  # the browser shows " · " with no-break spaces
+    want_peak, want_bw, want_b = roofline.presets()[target]
+    want = roofline.cost_row(int(new_m), 4096, 4096, want_b, want_peak, want_bw)
+    shown_title, shown_row = (x.inner_text().replace("\xa0", " ") for x in (title, row))
+    assert shown_title == (f"{target}: peak {want_peak / 1e12:g} TFLOP/s, bandwidth {want_bw / 1e9:g} GB/s, "
+                           f"{want_b:g} bytes per element"), shown_title
+    assert "custom roofs" not in shown_title
+    for figure in (f"I = {want.intensity:.1f} FLOP/B", f"ideal ≥ {want.ideal_time * 1e3:.4f} ms",
+                   f"{want.limiter}-bound", f"≤ {want.attainable / 1e12:.1f} TFLOP/s"):
+        assert figure in shown_row, f"{figure!r} not in the row after choosing {target}: {shown_row}"
     page.screenshot(path=str(shots / "roofline_after_preset.png"), full_page=False)
 
 

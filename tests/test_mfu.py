@@ -1,4 +1,4 @@
-"""helpers.mfu against hand calculations (seed 001, seed 000 §04, PaLM appendix B)."""
+"""helpers.mfu against hand calculations (PaLM appendix B for the attention term)."""
 
 import pytest
 import torch
@@ -8,7 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from helpers import hardware, mfu, models
 
 
-def test_seed_001_report_example_by_hand():
+def test_worked_report_example_by_hand():
     # 6 * 125e6 * (64 * 1024) / 0.42 s / (2 GPUs * 312e12) = 0.18754...
     by_hand = 6 * 125e6 * 65536 / 0.42 / (2 * 312e12)
     got = mfu.dense_transformer_mfu(params=125e6, global_batch_size=64, seq_len=1024, step_time_s=0.42,
@@ -17,7 +17,7 @@ def test_seed_001_report_example_by_hand():
     assert got["tokens_per_step"] == 65536
     assert got["tokens_per_second"] == pytest.approx(156_038.095, rel=1e-6)
     assert got["achieved_tflops"] == pytest.approx(117.0286, rel=1e-5)
-    text = mfu.seed_report().format()
+    text = mfu.example_report().format()
     assert "estimated_mfu: 18.8%" in text and "tokens_per_second: 156,038" in text
     assert "312 TFLOP/s" in text and "2x A100" in text
 
@@ -124,13 +124,33 @@ def test_counter_exceeds_formula_only_by_attention_recompute_and_non_matmul_para
 
 @pytest.mark.parametrize("bug", mfu.MFU_BUGS)
 def test_claims_round_trip(bug):
-    claim = mfu.make_claim(bug, activation_checkpointing=True)
+    setup = dict(activation_checkpointing=True, model_parallel=4)
+    claim = mfu.make_claim(bug, **setup)
     assert mfu.claim_problem(claim) == bug
     truth = mfu.true_mfu(claim)
-    assert truth == pytest.approx(mfu.true_mfu(mfu.make_claim("none", activation_checkpointing=True)))
+    assert truth == pytest.approx(mfu.true_mfu(mfu.make_claim("none", **setup)))
     factor = {"none": 1, "sparse_peak": 0.5, "one_device": 8, "max_seq_len": 2, "grad_accum": 0.25,
-              "recompute": 8 / 6}[bug]  # defaults: 8 devices, seq 1024 of 2048, accumulation 4
+              "mp_tokens": 4, "recompute": 8 / 6}[bug]  # defaults: 8 devices, seq 1024 of 2048, accum 4
     assert claim.claimed_mfu == pytest.approx(truth * factor)
+
+
+def test_only_data_parallel_replicas_multiply_the_tokens():
+    # 16 devices, tensor parallel 4 -> 4 replicas see different data; all 16 are in the denominator
+    c = mfu.make_claim("none", params=1e9, micro_batch_size=2, seq_len=2048, grad_accum_steps=1,
+                       num_devices=16, model_parallel=4, step_time_s=1.0, device="H100 SXM")
+    assert c.data_parallel == 4 and c.tokens_per_step == 2 * 2048 * 4
+    assert mfu.true_mfu(c) == pytest.approx(6e9 * 2 * 2048 * 4 / (16 * 989.5e12))
+    with pytest.raises(ValueError, match="multiple"):
+        mfu.make_claim("none", num_devices=6, model_parallel=4)
+    with pytest.raises(ValueError, match="same token count"):  # max_seq 2x = model parallel 2x
+        mfu.make_claim("mp_tokens", model_parallel=2, max_seq_len=2048, seq_len=1024)
+
+
+def test_published_mfu_figures():
+    by_run = {p.run.split(",")[0]: p for p in mfu.PUBLISHED_MFU}
+    assert by_run["PaLM 540B"].mfu_low == 0.462 and "Table 3" in by_run["PaLM 540B"].source
+    assert (by_run["Llama 3 405B"].mfu_low, by_run["Llama 3 405B"].mfu_high) == (0.38, 0.43)
+    assert "46.2%" in str(by_run["PaLM 540B"]) and "38%–43%" in str(by_run["Llama 3 405B"])
 
 
 def test_true_mfu_by_hand_and_example_claims():
@@ -140,7 +160,7 @@ def test_true_mfu_by_hand_and_example_claims():
     assert mfu.true_mfu(c) == pytest.approx(by_hand)
     claims = mfu.example_claims()
     assert [mfu.claim_problem(c) for c in claims] == [
-        "sparse_peak", "one_device", "none", "max_seq_len", "grad_accum", "recompute"]
+        "sparse_peak", "one_device", "none", "max_seq_len", "grad_accum", "mp_tokens", "recompute"]
     assert all(0.3 < mfu.true_mfu(c) < 0.5 for c in claims)  # plausible runs behind each claim
 
 
@@ -200,3 +220,12 @@ def test_noisy_runs_say_so_in_the_report():
     assert run.warnings() == []
     run = mfu.TrainingRun(cfg, 8, 64, "cpu", None, noisy, 1e9, 10**9, peak, "CPU")
     assert len(run.warnings()) == 2 and "busy machine" in run.report().format()
+
+
+@pytest.mark.parametrize("argv,message", [(["--batch", "0"], "batch_size must be >= 1"),
+                                          (["--config", "nope"], "No model config 'nope'")])
+def test_benchmark_command_bad_input_is_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as done:
+        mfu.main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and message in err and "Traceback" not in err

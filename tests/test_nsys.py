@@ -1,4 +1,4 @@
-"""helpers.nsys: command lines of seed 001, the stats CSV and SQLite readers, the examples."""
+"""helpers.nsys: the command lines, the stats CSV and SQLite readers, the examples."""
 
 import shlex
 import sqlite3
@@ -6,12 +6,12 @@ import sqlite3
 import numpy as np
 import pytest
 
-from helpers import _nsys_examples, nsys
+from helpers import _nsys_examples, hardware, nsys, roofline
 
 # --------------------------------------------------------------------------- command lines
 
 
-def test_single_process_command_is_the_seeds():
+def test_single_process_command():
     cmd = nsys.profile_command("train.py")
     assert cmd.argv == ["nsys", "profile", "--trace=cuda,nvtx,osrt,cublas,cudnn", "--sample=none",
                         "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
@@ -45,10 +45,54 @@ def test_parse_profile_command_ignores_option_order():
                                     "--output=trace_step_rank%q{RANK}",
                                     "--sample=none", "--force-overwrite=true", "--capture-range-end=stop",
                                     "--capture-range=cudaProfilerApi", "python", "t.py"])
-    assert a["options"]["--trace"] == b["options"]["-t"]
+    assert a["options"] == b["options"]  # -t is --trace
     assert a["program"] == b["program"] == ["python", "t.py"]
     with pytest.raises(ValueError, match="Not an nsys profile"):
         nsys.parse_profile_command(["python", "t.py"])
+
+
+def test_parse_accepts_the_equivalent_spellings():
+    want = nsys.parse_profile_command(nsys.profile_command("t.py", nproc_per_node=8, output="o").argv)
+    spaced = nsys.parse_profile_command([
+        "torchrun", "--standalone", "--nproc_per_node", "8", "--no-python", "nsys", "profile",
+        "-t", "cuda,nvtx,osrt,cublas,cudnn,nccl", "-s", "none", "--capture-range", "cudaProfilerApi",
+        "--capture-range-end=stop", "-f", "true", "-o", "o_rank%q{RANK}", "python", "t.py"])
+    assert spaced == want and spaced["nproc_per_node"] == 8
+    dashed = nsys.parse_profile_command(["torchrun", "--nproc-per-node=8"] + want_argv_tail())
+    assert dashed["nproc_per_node"] == 8
+    with pytest.raises(ValueError, match="no value"):
+        nsys.parse_profile_command(["nsys", "profile", "-t"])
+
+
+def want_argv_tail():
+    return nsys.profile_command("t.py", nproc_per_node=8, output="o").argv[2:]
+
+
+def test_nvtx_capture_range_names_the_range():
+    cmd = nsys.profile_command("train.py", capture_range="nvtx", nvtx_capture="step")
+    assert "--capture-range=nvtx" in cmd.argv and "--nvtx-capture=step" in cmd.argv
+    assert "--env-var=NSYS_NVTX_PROFILER_REGISTER_ONLY=0" in cmd.argv
+    assert "--capture-range-end=stop" in cmd.argv
+    with pytest.raises(ValueError, match="nvtx_capture"):
+        nsys.profile_command("train.py", capture_range="nvtx")
+    with pytest.raises(ValueError, match="only with"):
+        nsys.profile_command("train.py", nvtx_capture="step")
+
+
+def test_profile_only_some_ranks():
+    import subprocess
+
+    cmd = nsys.profile_command("train.py", nproc_per_node=8, ranks=(5, 0))
+    assert cmd.argv[:6] == ["torchrun", "--nproc_per_node=8", "--no-python", "bash", "-c", cmd.argv[-1]]
+    wrapper = cmd.argv[-1]
+    assert '[ "$RANK" = 0 ] || [ "$RANK" = 5 ]' in wrapper
+    assert "exec nsys profile" in wrapper and "--output=trace_step_rank%q{RANK}" in wrapper
+    assert wrapper.endswith("else exec python train.py; fi")
+    assert subprocess.run(["bash", "-n", "-c", wrapper]).returncode == 0  # valid shell
+    assert "then\n    exec nsys" in cmd.pretty()
+    for bad in ({"ranks": (8,)}, {"ranks": ()}, {"ranks": (0,), "per_rank": False}):
+        with pytest.raises(ValueError, match="ranks"):
+            nsys.profile_command("train.py", nproc_per_node=8, **bad)
 
 
 def test_stats_and_export_commands():
@@ -59,7 +103,7 @@ def test_stats_and_export_commands():
         "--output=run/trace_step.sqlite", "run/trace_step.nsys-rep"]
 
 
-@pytest.mark.parametrize("kwargs", [{"nproc_per_node": 0}, {"output": "has space"},
+@pytest.mark.parametrize("kwargs", [{"nproc_per_node": 0}, {"nproc_per_node": 2.5}, {"output": "has space"},
                                     {"capture_range": "cudaProfilerAPI"}, {"trace": []}])
 def test_profile_command_rejects_bad_input(kwargs):
     with pytest.raises(ValueError):
@@ -276,12 +320,49 @@ def test_example_scenarios_show_what_they_are_described_to():
     got = {}
     for scenario in nsys.EXAMPLE_SCENARIOS:
         s = nsys.read_stats_csv(nsys.example_path(scenario))
-        got[scenario] = nsys.dominant_bucket(nsys.gpu_time_breakdown(
-            s["cuda_gpu_kern_sum"], s["cuda_gpu_mem_time_sum"], s["cuda_api_sum"]))
-    assert got == {"compute": "gemm/attention", "memcpy": "memcpy", "launch": "cuda api"}
+        got[scenario] = nsys.dominant_bucket(nsys.step_buckets(
+            s["cuda_gpu_kern_sum"], s["cuda_gpu_mem_time_sum"], s["nvtx_sum"]))
+    assert got == {"compute": "gemm/attention", "memcpy": "memcpy", "launch": "gpu idle"}
     assert "GPT" in nsys.describe_example("compute") and _nsys_examples.NOTE.startswith("SYNTHETIC")
     with pytest.raises(ValueError, match="Unknown example"):
         nsys.example_path("real")
+
+
+@pytest.mark.parametrize("scenario", nsys.EXAMPLE_SCENARIOS)
+def test_example_timings_are_physically_possible(scenario):
+    """Every kernel takes at least its chapter 1 roofline time on the stated GPU, and every copy
+    at least its bytes over the PCIe 4.0 x16 link: the examples are invented, not impossible."""
+    sc = _nsys_examples.SCENARIOS[scenario]
+    assert "A100 80GB SXM" in sc.description or scenario == "memcpy"
+    spec = hardware.get_device(_nsys_examples.GPU)
+    sim = _nsys_examples.simulate(sc)
+    kernels = sc.kernels() * len(_nsys_examples.CAPTURED_STEPS)
+    assert len(sim.kernels) == len(kernels)
+    for k, row in zip(kernels, sim.kernels, strict=True):
+        bound = roofline.ideal_time(k.flops, k.bytes, spec.peak(k.dtype), spec.memory_bandwidth)
+        assert (row[1] - row[0]) * 1e-9 >= bound, (k.names[1], row[1] - row[0], bound)
+    for row in sim.memcpy:
+        assert (row[1] - row[0]) * 1e-9 >= row[7] / _nsys_examples.HOST_LINK_BYTES_S
+        assert (row[9], row[10]) in ((2, 3), (3, 2))  # CUPTI memory kinds: 2 pinned, 3 device
+
+
+def test_examples_name_memory_kinds_as_cupti_does():
+    db = nsys.read_sqlite(nsys.example_path("memcpy", "sqlite"))
+    pairs = set(zip(db["memcpy"]["kind"], db["memcpy"]["src_kind"], db["memcpy"]["dst_kind"], strict=True))
+    assert pairs == {("Host-to-Device", "pinned", "device"), ("Device-to-Host", "device", "pinned")}
+
+
+def test_nvtx_ranges_measure_host_time_the_projection_shows_the_gpu():
+    db = nsys.read_sqlite(nsys.example_path("compute", "sqlite"))
+    proj = {r["name"]: r for r in nsys.nvtx_gpu_projection(db).rows()}
+    # the host queues the forward in a fraction of the time the GPU needs to run it
+    assert proj["forward"]["proj_ns"] > 5 * proj["forward"]["range_ns"]
+    assert proj["forward"]["gpu_ops"] == 5 * len(_nsys_examples.SCENARIOS["compute"].forward)
+    by_range = nsys.kernels_by_range(db, "optimizer")
+    assert set(by_range["name"]) == {"reduce_kernel", "multi_tensor_apply_kernel"}
+    assert by_range["count"].sum() == 5 * 4
+    with pytest.raises(ValueError, match="No NVTX range"):
+        nsys.kernels_by_range(db, "nope")
 
 
 # --------------------------------------------------------------------------- first questions
@@ -291,17 +372,23 @@ def _table(name, rows):
     return nsys.Table.from_rows(name, [{"name": n, "total_ns": float(t), "count": 1} for n, t in rows])
 
 
-def test_top_kernel_and_breakdown_by_hand():
+def test_top_kernel_and_buckets_by_hand():
     kern = _table("cuda_gpu_kern_sum", [("relu", 100), ("flash_fwd_kernel", 300), ("sm80_xmma_gemm", 500)])
     mem = _table("cuda_gpu_mem_time_sum", [("[CUDA memcpy Host-to-Device]", 60), ("[CUDA memset]", 40)])
     api = _table("cuda_api_sum", [("cudaLaunchKernel", 70), ("cudaDeviceSynchronize", 900)])
+    nvtx = _table("nvtx_sum", [("step", 1500), ("forward", 200)])
     name, share = nsys.top_kernel(kern, mem)
     assert name == "sm80_xmma_gemm" and share == pytest.approx(500 / 1000)
     assert nsys.top_kernel(kern)[1] == pytest.approx(500 / 900)
-    b = nsys.gpu_time_breakdown(kern, mem, api)
+    b = nsys.step_buckets(kern, mem, nvtx)
     assert b == {"gemm/attention": 800.0, "other kernels": 100.0, "memcpy": 60.0, "memset": 40.0,
-                 "cuda api": 70.0, "sync wait": 900.0}
+                 "gpu idle": 500.0}
     assert nsys.dominant_bucket(b) == "gemm/attention"
+    assert nsys.api_time(api) == {"cuda api": 70.0, "sync wait": 900.0}
+    idle = nsys.step_buckets(kern, mem, _table("nvtx_sum", [("step", 5000)]))
+    assert nsys.dominant_bucket(idle) == "gpu idle"
+    with pytest.raises(ValueError, match="no 'step' range"):
+        nsys.step_buckets(kern, mem, _table("nvtx_sum", [("forward", 10)]))
     with pytest.raises(ValueError, match="empty"):
         nsys.top_kernel(_table("k", []))
 
@@ -322,3 +409,14 @@ def test_without_nsys_the_notebook_falls_back_to_labelled_examples(monkeypatch):
     assert what.startswith("EXAMPLE") and "not a capture" in what and "nsys is not installed" in what
     with pytest.raises(RuntimeError, match="nsys is not on PATH"):
         nsys.capture_demo()
+
+
+def test_supports_trace_asks_this_machines_nsys(monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(nsys.shutil, "which", lambda _name: None)
+    assert nsys.supports_trace("nccl") is None  # no nsys here: unknown, not False
+    monkeypatch.setattr(nsys.shutil, "which", lambda _name: "/usr/bin/nsys")
+    help_text = "-t, --trace=\n   Possible values: cuda, nvtx, osrt, cublas, nccl, none\n-s, --sample="
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, help_text, ""))
+    assert nsys.supports_trace("nccl") is True and nsys.supports_trace("mpi") is False

@@ -1,4 +1,4 @@
-"""Roofline helpers against hand calculations (seed 000 §01-02)."""
+"""Roofline helpers against hand calculations."""
 
 import math
 
@@ -74,10 +74,18 @@ def test_cost_table_rows_and_branch_flip():
     assert text.count("\n") == len(rows) + 1 and "limiter" in text
 
 
-@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf")])
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), 64.5, 64.0, True])
+def test_matrix_sizes_must_be_positive_integers(bad):
+    with pytest.raises(ValueError, match="positive integer"):
+        roofline.gemm_flops(bad, 4, 4)
+    with pytest.raises(ValueError, match="positive integer"):
+        roofline.gemm_bytes(4, bad, 4, 2)
+
+
+@pytest.mark.parametrize("bad", [0, -2.0, float("nan"), float("inf")])
 def test_bad_numbers_get_a_clear_error(bad):
     with pytest.raises(ValueError, match="positive finite"):
-        roofline.gemm_flops(bad, 4, 4)
+        roofline.gemm_bytes(4, 4, 4, bad)
 
 
 def test_wrong_type_gets_a_clear_error():
@@ -101,6 +109,52 @@ def test_measure_gemms_on_cpu_reports_real_positive_numbers():
             roofline.intensity(roofline.gemm_flops(p.M, 64, 64), roofline.gemm_bytes(p.M, 64, 64, 4)))
 
 
+def test_training_gemms_are_the_forward_and_both_gradients():
+    rows = roofline.training_gemms(8192, 4096, 11008)
+    assert [r[1:] for r in rows] == [(8192, 4096, 11008), (8192, 11008, 4096), (4096, 8192, 11008)]
+    # same FLOPs and the same minimum traffic: the three share one intensity
+    flops = {roofline.gemm_flops(*r[1:]) for r in rows}
+    assert flops == {2 * 8192 * 4096 * 11008}
+    assert len({roofline.gemm_bytes(*r[1:], 2) for r in rows}) == 1
+
+
+def test_elementwise_ops_sit_far_below_any_ridge():
+    add = roofline.ELEMENTWISE_OPS[0]
+    assert add.intensity(2) == pytest.approx(1 / 6)  # 1 FLOP per 2 reads + 1 write of 2 bytes
+    assert max(op.intensity(2) for op in roofline.ELEMENTWISE_OPS) < 3
+    assert hardware.get_device("H100 SXM").ridge_point("bf16") > 90 * 3  # two orders of magnitude
+
+
+def _point(M, intensity, achieved, spread=0.1):
+    return roofline.GemmPoint(M, 1, 1, "fp32", intensity, achieved, 1e-3, spread, 1e-3)
+
+
+def test_placement_names_the_roof_a_point_lands_above():
+    peak, bw = 100e9, 10e9  # ridge at 10 FLOP/B
+    assert roofline.placement(_point(64, 50, 80e9), peak, bw) == []
+    flat = roofline.placement(_point(1024, 50, 150e9), peak, bw)
+    assert len(flat) == 1 and "FLAT" in flat[0] and "150%" in flat[0]
+    slanted = roofline.placement(_point(1, 1, 18e9), peak, bw)
+    assert len(slanted) == 1 and "SLANTED" in slanted[0] and "cache" in slanted[0]
+    noisy = roofline.placement(_point(16, 5, 10e9, spread=2.0), peak, bw)
+    assert len(noisy) == 1 and "spread 200%" in noisy[0]
+
+
+def test_explorer_preset_figures_are_exact_although_the_sliders_snap():
+    ex = roofline.RooflineExplorer(M=64, preset="H100 SXM · bf16")
+    ex.preset.value = "T4 · fp16"
+    assert "<b>T4 · fp16</b>" in ex.title.value and "65 TFLOP/s" in ex.title.value
+    want = roofline.cost_row(64, 4096, 4096, 2, 65e12, 320e9)
+    assert ex.current() == want
+    ex.peak.value, ex.bw.value = 64.56542, 0.3235937  # what the front end's log step sends back
+    assert ex.current() == want and "T4 · fp16" in ex.title.value and "320 GB/s" in ex.title.value
+    assert f"{want.ideal_time * 1e3:.4f} ms" in ex.row.value
+    ex.peak.value = 100.0  # a real move: custom roofs from the slider values
+    assert "custom roofs" in ex.title.value and ex.current().attainable <= 100e12
+    with pytest.raises(ValueError, match="Unknown preset"):
+        roofline.RooflineExplorer(preset="T5 · fp16")
+
+
 def test_explorer_redraws_on_slider_and_preset_changes():
     ex = roofline.RooflineExplorer(M=64, preset="H100 SXM · bf16")
     first = (ex.row.value, ex.current())
@@ -112,3 +166,16 @@ def test_explorer_redraws_on_slider_and_preset_changes():
     assert ex.current().attainable <= hardware.get_device("T4").peak("fp32") * 1.0001
     bundle = ex._repr_mimebundle_()
     assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(bundle)
+
+
+def test_fastest_option_weighs_bandwidth_for_memory_bound_shapes():
+    memory_bound = [("H100 SXM", "bf16"), ("H200", "bf16"), ("A100 80GB SXM", "bf16")]
+    assert roofline.fastest(memory_bound, 1, 8192, 8192) == 1  # same peak, more bandwidth
+    # fp8 halves the bytes: 1 byte at 3.35 TB/s beats 2 bytes at 4.8 TB/s
+    assert roofline.fastest([("H100 SXM", "fp8"), ("H200", "bf16")], 1, 8192, 8192) == 0
+    compute_bound = [("A100 80GB SXM", "tf32"), ("L4", "fp8"), ("T4", "fp16")]
+    assert roofline.fastest(compute_bound, 8192, 8192, 8192) == 1
+    t = roofline.option_time("L4", "fp8", 8192, 8192, 8192)
+    assert t == pytest.approx(2 * 8192**3 / 242.5e12)
+    with pytest.raises(ValueError):
+        roofline.fastest([], 1, 1, 1)

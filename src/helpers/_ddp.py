@@ -3,7 +3,7 @@
 
 On Linux CPU runs the ranks are forked from the calling process, so they do not import torch
 again (seconds per process on a small machine); elsewhere, and for CUDA (which must not be
-forked once initialised), each rank is a fresh ``python -m helpers._ddp``. Rendezvous on
+forked once initialized), each rank is a fresh ``python -m helpers._ddp``. Rendezvous on
 127.0.0.1 with a free port.
 """
 

@@ -13,8 +13,12 @@ the GPU running kernels and copies in order — and writes:
   cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum,nvtx_sum`` prints for such a database,
   computed from the same events, led by a NOTICE line saying it is synthetic.
 
-All durations are invented (a per-kernel mean times a seeded log-normal jitter); none is measured.
-Regenerate with ``python -c "import helpers.nsys as n; n.make_nsys_examples()"``.
+Durations are invented, not measured, but they are physically possible: each kernel has the
+shapes of the stated workload, and its mean time is the chapter 1 roofline bound on the stated
+GPU (an A100 80GB SXM) divided by an efficiency below 1, with a floor for tiny kernels; a seeded
+log-normal jitter varies each launch. Copies move their bytes at an assumed pinned-memory rate
+below the PCIe 4.0 x16 link's 32 GB/s per direction. ``tests/test_nsys.py`` checks every event
+against those bounds. Regenerate with ``python -c "import helpers.nsys as n; n.make_nsys_examples()"``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import hardware, roofline
+
 NOTE = ("SYNTHETIC EXAMPLE written by helpers.nsys.make_nsys_examples in the layout of Nsight "
         "Systems output; it is not a real capture. Durations are invented; see "
         "helpers/data/nsys_example_README.md")
@@ -34,6 +40,10 @@ PID = 4242
 GLOBAL_TID = (PID << 24) | PID  # nsys packs process and thread ids into one integer
 STREAM, DEVICE, CONTEXT = 7, 0, 1
 CAPTURED_STEPS = range(10, 15)
+GPU = "A100 80GB SXM"  # the GPU every scenario is simulated on (its kernel names are Ampere's)
+HOST_LINK_BYTES_S = 32e9  # PCIe 4.0 x16, per direction (A100 datasheet: 64 GB/s both ways)
+# CUPTI_ActivityMemoryKind, used for a copy's source and destination
+MEMORY_PAGEABLE, MEMORY_PINNED, MEMORY_DEVICE = 1, 2, 3
 
 # (demangled name, short name) of the kernels the scenarios use
 LN = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>"
@@ -98,68 +108,126 @@ ADAM_STEP = ("void at::native::vectorized_elementwise_kernel<4, at::native::(ano
 
 
 @dataclass(frozen=True)
+class Kernel:
+    """One kernel of a workload: its names, the work its shapes imply, and how close to the
+    roofline it gets. Its mean time is derived, never typed: roofline bound / efficiency."""
+
+    names: tuple[str, str]  # (demangled name, short name)
+    flops: float  # FLOPs of its shapes (an FMA is 2)
+    bytes: float  # minimum bytes it must move
+    dtype: str  # which peak of the GPU applies ("bf16" tensor cores, "fp32")
+    efficiency: float = 0.7  # fraction of the roofline bound it reaches
+    floor_us: float = 2.5  # no kernel finishes faster than this on a real GPU (launch, ramp-up)
+
+    def ideal_s(self, gpu: str = GPU) -> float:
+        """The chapter 1 roofline bound on this kernel's time."""
+        spec = hardware.get_device(gpu)
+        return roofline.ideal_time(self.flops, self.bytes, spec.peak(self.dtype), spec.memory_bandwidth)
+
+    def mean_us(self, gpu: str = GPU) -> float:
+        return max(self.floor_us, self.ideal_s(gpu) / self.efficiency * 1e6)
+
+
+def _gemm(names, M, K, N, b=2, dtype="bf16", efficiency=0.7, floor_us=2.5) -> Kernel:
+    return Kernel(names, roofline.gemm_flops(M, K, N), roofline.gemm_bytes(M, K, N, b), dtype,
+                  efficiency, floor_us)
+
+
+def _elementwise(names, elements, flops_per, tensors, b=2, dtype="bf16", efficiency=0.8,
+                 floor_us=2.5) -> Kernel:
+    return Kernel(names, elements * flops_per, elements * tensors * b, dtype, efficiency, floor_us)
+
+
+def _attention(names, batch, seq, width, backward=False) -> Kernel:
+    # causal flash attention: the kernel skips the masked half of the score matrix. Forward:
+    # QKᵀ and PV, 2 products of 2·b·s²·D (halved); backward: QKᵀ again plus 4 products.
+    products = 5 if backward else 2
+    flops = products * 2 * batch * seq * seq * width / 2
+    tensors = 8 if backward else 4  # q, k, v, o (+ dO, dQ, dK, dV)
+    return Kernel(names, flops, tensors * batch * seq * width * 2, "bf16", 0.5 if backward else 0.6)
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
-    forward: tuple[tuple[tuple[str, str], float], ...]  # ((names), mean µs) in launch order
-    backward: tuple[tuple[tuple[str, str], float], ...]
-    optimizer: tuple[tuple[tuple[str, str], float], ...]
+    forward: tuple[Kernel, ...]  # in launch order
+    backward: tuple[Kernel, ...]
+    optimizer: tuple[Kernel, ...]
     h2d_bytes: int
     d2h_bytes: int
-    copy_gb_s: float  # pinned-memory copy bandwidth assumed
+    copy_gb_s: float  # pinned-memory copy rate assumed (below the PCIe link)
     launch_us: float  # host time of one cudaLaunchKernel call
     python_us: float  # host time between two launches (Python, dispatcher)
     dataloader_us: float
     memsets_per_step: int
     seed: int
 
-
-def _gpt_block(scale: float):
-    fwd = [(LN, 22), (GEMM_TN, 185), (FLASH_FWD, 160), (GEMM_SMALL, 66), (ADD, 18), (LN, 22),
-           (GEMM_TN, 245), (GELU, 31), (GEMM_TN, 245), (ADD, 18)]
-    bwd = [(GEMM_NN, 250), (GEMM_NT, 250), (GELU_BWD, 35), (GEMM_NN, 250), (GEMM_NT, 250), (LN_BWD, 30),
-           (GEMM_NN, 70), (GEMM_NT, 70), (FLASH_BWD, 410), (GEMM_NN, 190), (GEMM_NT, 190), (LN_BWD, 30)]
-    return ([(n, t * scale) for n, t in fwd], [(n, t * scale) for n, t in bwd])
+    def kernels(self) -> tuple[Kernel, ...]:
+        """Every kernel of one step, in launch order."""
+        return self.forward + self.backward + self.optimizer
 
 
-def _gpt(scale: float, layers: int = 4):
-    fwd, bwd = _gpt_block(scale)
-    forward = tuple(fwd * layers + [(LN, 22 * scale), (GEMM_HEAD, 420 * scale), (SOFTMAX, 95 * scale)])
-    backward = tuple([(SOFTMAX_BWD, 90 * scale), (GEMM_NN, 430 * scale), (GEMM_NT, 430 * scale),
-                      (LN_BWD, 30 * scale)] + bwd * layers)
-    optimizer = tuple([(NORM, 25 * scale)] + [(ADAM, 120 * scale)] * 3)
+def _gpt(batch: int, seq: int = 1024, d: int = 1024, layers: int = 4, vocab: int = 32000):
+    """A GPT-style decoder in bf16: LayerNorm, fused QKV, flash attention, MLP 4d, GELU."""
+    M, f = batch * seq, 4 * d
+    fwd = [_elementwise(LN, M * d, 7, 2), _gemm(GEMM_TN, M, d, 3 * d), _attention(FLASH_FWD, batch, seq, d),
+           _gemm(GEMM_SMALL, M, d, d), _elementwise(ADD, M * d, 1, 3), _elementwise(LN, M * d, 7, 2),
+           _gemm(GEMM_TN, M, d, f), _elementwise(GELU, M * f, 9, 2), _gemm(GEMM_TN, M, f, d),
+           _elementwise(ADD, M * d, 1, 3)]
+    # backward of each GEMM (M, K, N): dX = dY·Wᵀ is (M, N, K), dW = Xᵀ·dY is (K, M, N)
+    bwd = [_gemm(GEMM_NN, M, d, f), _gemm(GEMM_NT, f, M, d), _elementwise(GELU_BWD, M * f, 12, 3),
+           _gemm(GEMM_NN, M, f, d), _gemm(GEMM_NT, d, M, f), _elementwise(LN_BWD, M * d, 12, 3),
+           _gemm(GEMM_NN, M, d, d), _gemm(GEMM_NT, d, M, d), _attention(FLASH_BWD, batch, seq, d, True),
+           _gemm(GEMM_NN, M, 3 * d, d), _gemm(GEMM_NT, d, M, 3 * d), _elementwise(LN_BWD, M * d, 12, 3)]
+    forward = tuple(fwd * layers + [_elementwise(LN, M * d, 7, 2), _gemm(GEMM_HEAD, M, d, vocab),
+                                    _elementwise(SOFTMAX, M * vocab, 5, 3)])  # bf16 in, fp32 out
+    backward = tuple([_elementwise(SOFTMAX_BWD, M * vocab, 3, 3), _gemm(GEMM_NN, M, vocab, d),
+                      _gemm(GEMM_NT, d, M, vocab), _elementwise(LN_BWD, M * d, 12, 3)] + bwd * layers)
+    params = layers * 12 * d * d + vocab * d
+    # gradient norm (read every fp32 grad), then fused Adam in three launches: read param, grad,
+    # two moments; write param and moments: 7 fp32 values per parameter
+    optimizer = tuple([_elementwise(NORM, params, 2, 1, b=4, dtype="fp32")]
+                      + [_elementwise(ADAM, params // 3, 12, 7, b=4, dtype="fp32")] * 3)
     return forward, backward, optimizer
 
 
-def _deep_narrow(layers: int = 24):
-    forward = tuple([(SGEMM, 6.0), (BIAS, 2.5), (RELU, 2.5), (LN, 3.0), (ADD, 2.4)] * layers)
-    backward = tuple([(ADD, 2.4), (LN_BWD, 3.2), (THRESH_BWD, 2.6), (SUM_BIAS, 3.1), (SGEMM_NN, 6.0),
-                      (SGEMM, 6.0), (BIAS, 2.4)] * layers)
-    optimizer = tuple([(ADAM_STEP, 2.2)] * (6 * layers))  # for-loop Adam: several tiny kernels per tensor
+def _deep_narrow(layers: int = 24, width: int = 256, batch: int = 32):
+    """A deep narrow fp32 MLP: every kernel is far too small to fill an A100, so each takes its
+    floor time (a few µs), not its roofline time."""
+    mm = lambda names, M, K, N: _gemm(names, M, K, N, b=4, dtype="fp32", floor_us=6.0)  # noqa: E731
+    ew = lambda names, tensors: _elementwise(names, batch * width, 1, tensors, b=4, dtype="fp32")  # noqa: E731
+    layer_fwd = [mm(SGEMM, batch, width, width), ew(BIAS, 3), ew(RELU, 2), ew(LN, 2), ew(ADD, 3)]
+    layer_bwd = [ew(ADD, 3), ew(LN_BWD, 3), ew(THRESH_BWD, 3), ew(SUM_BIAS, 2),
+                 mm(SGEMM_NN, batch, width, width), mm(SGEMM, width, batch, width), ew(BIAS, 3)]
+    forward, backward = tuple(layer_fwd * layers), tuple(layer_bwd * layers)
+    # for-loop Adam: several tiny kernels per parameter tensor
+    optimizer = tuple([_elementwise(ADAM_STEP, width * width, 3, 4, b=4, dtype="fp32")] * (6 * layers))
     return forward, backward, optimizer
 
 
-_F, _B, _O = _gpt(1.0)
-_Fs, _Bs, _Os = _gpt(0.25)
+_F, _B, _O = _gpt(batch=8)
+_Fs, _Bs, _Os = _gpt(batch=2)
 _Fd, _Bd, _Od = _deep_narrow()
 SCENARIOS = {
     "compute": Scenario(
         "compute",
-        "a 4-layer GPT-style transformer in bf16 (flash attention, fused Adam), batch 64 x 1024 tokens; "
-        "token ids (1 MiB) copied host-to-device from pinned memory each step; ~105 kernels per step",
+        "a 4-layer GPT-style transformer in bf16 on an A100 80GB SXM (d_model 1024, 16 heads, MLP 4096, "
+        "vocabulary 32000, flash attention, fused Adam), batch 8 x 1024 tokens; token ids (1 MiB) copied "
+        "host-to-device from pinned memory each step; ~100 kernels per step",
         _F, _B, _O, h2d_bytes=1 << 20, d2h_bytes=4, copy_gb_s=22.0, launch_us=5.0, python_us=6.0,
         dataloader_us=180.0, memsets_per_step=2, seed=3),
     "memcpy": Scenario(
         "memcpy",
-        "the same transformer at a quarter of the work per kernel, fed 160 MB of float32 features per step "
-        "(copied host-to-device from pinned memory, non_blocking) and copying 16 MB of outputs back "
-        "for metrics",
-        _Fs, _Bs, _Os, h2d_bytes=160_000_000, d2h_bytes=16_000_000, copy_gb_s=24.0, launch_us=5.0,
+        "the same transformer at batch 2 x 1024 tokens (a quarter of the work per kernel), fed 400 MB of "
+        "float32 features per step (copied host-to-device from pinned memory, non_blocking, at 24 GB/s) "
+        "and copying 16 MB of outputs back for metrics",
+        _Fs, _Bs, _Os, h2d_bytes=400_000_000, d2h_bytes=16_000_000, copy_gb_s=24.0, launch_us=5.0,
         python_us=6.0, dataloader_us=400.0, memsets_per_step=2, seed=5),
     "launch": Scenario(
         "launch",
-        "a deep narrow fp32 MLP (24 layers of width 256, batch 32) with a for-loop Adam: ~430 tiny kernels "
-        "per step, each shorter than the host takes to launch it",
+        "a deep narrow fp32 MLP on an A100 80GB SXM (24 layers of width 256, batch 32) with a for-loop "
+        "Adam: ~430 tiny kernels per step, each shorter than the host takes to launch it",
         _Fd, _Bd, _Od, h2d_bytes=32 * 256 * 4, d2h_bytes=4, copy_gb_s=12.0, launch_us=6.5, python_us=9.0,
         dataloader_us=60.0, memsets_per_step=0, seed=7),
 }
@@ -192,23 +260,24 @@ class _Sim:
         self.gpu = start + duration
         return start, self.gpu
 
-    def launch(self, names: tuple[str, str], mean_us: float) -> None:
+    def launch(self, kernel: Kernel) -> None:
         s, _, corr = self.api("cudaLaunchKernel_v7000", self.sc.launch_us)
-        ks, ke = self.gpu_after(s, self.jitter(mean_us * 1e3))
-        self.kernels.append((ks, ke, DEVICE, CONTEXT, STREAM, corr, PID << 24, self.sid(names[0]),
-                             self.sid(names[1])))
+        ks, ke = self.gpu_after(s, self.jitter(kernel.mean_us() * 1e3))
+        self.kernels.append((ks, ke, DEVICE, CONTEXT, STREAM, corr, PID << 24, self.sid(kernel.names[0]),
+                             self.sid(kernel.names[1])))
         self.host += self.jitter(self.sc.python_us * 1e3, 0.2)
 
     def copy(self, nbytes: int, kind: int) -> None:
         s, _, corr = self.api("cudaMemcpyAsync_v3020", 8.0)
         cs, ce = self.gpu_after(s, self.jitter(1e3 + nbytes / self.sc.copy_gb_s, 0.03))
-        src, dst = (1, 2) if kind == 1 else (2, 1)  # memory kinds: 1 pinned host, 2 device
+        # host-to-device from pinned memory, device-to-host into pinned memory
+        src, dst = (MEMORY_PINNED, MEMORY_DEVICE) if kind == 1 else (MEMORY_DEVICE, MEMORY_PINNED)
         self.memcpy.append((cs, ce, DEVICE, CONTEXT, STREAM, corr, PID << 24, nbytes, kind, src, dst))
 
     def fill(self, nbytes: int) -> None:
         s, _, corr = self.api("cudaMemsetAsync_v3020", 4.0)
         ms, me = self.gpu_after(s, self.jitter(1.5e3 + nbytes / 900.0))
-        self.memset.append((ms, me, DEVICE, CONTEXT, STREAM, corr, PID << 24, 0, nbytes, 2))
+        self.memset.append((ms, me, DEVICE, CONTEXT, STREAM, corr, PID << 24, 0, nbytes, MEMORY_DEVICE))
 
     def range(self, name: str, start: int, end: int) -> None:
         self.nvtx.append((start, end, 59, None, None, None, name, GLOBAL_TID, GLOBAL_TID, None, 0))
@@ -226,8 +295,8 @@ class _Sim:
             if phase == "backward":
                 for _ in range(sc.memsets_per_step):
                     self.fill(4 << 20)
-            for names, mean_us in kernels:
-                self.launch(names, mean_us)
+            for kernel in kernels:
+                self.launch(kernel)
             self.range(phase, t, self.host)
         self.copy(sc.d2h_bytes, 2)  # loss / metrics back to the host ...
         s, _, _ = self.api("cudaStreamSynchronize_v3020", 3.0)  # ... and wait for them

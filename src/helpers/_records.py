@@ -100,7 +100,7 @@ def _close(got: Any, expected: Any, rtol: float, atol: float) -> bool:
         return math.isclose(got, expected, rel_tol=rtol, abs_tol=atol)
     if isinstance(expected, list):
         return (isinstance(got, list) and len(got) == len(expected)
-                and all(_close(g, e, rtol, atol) for g, e in zip(got, expected, strict=False)))
+                and all(_close(g, e, rtol, atol) for g, e in zip(got, expected, strict=True)))
     if isinstance(expected, dict):
         return (isinstance(got, dict) and set(got) == set(expected)
                 and all(_close(got[k], expected[k], rtol, atol) for k in expected))
@@ -116,7 +116,7 @@ def _equal(got: Any, expected: Any) -> bool:
         return _is_number(got) and got == expected
     if isinstance(expected, list):
         return (isinstance(got, list) and len(got) == len(expected)
-                and all(_equal(g, e) for g, e in zip(got, expected, strict=False)))
+                and all(_equal(g, e) for g, e in zip(got, expected, strict=True)))
     if isinstance(expected, dict):
         return (isinstance(got, dict) and set(got) == set(expected)
                 and all(_equal(got[k], expected[k]) for k in expected))

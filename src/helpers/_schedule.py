@@ -25,7 +25,7 @@ def _count(name: str, value: int, minimum: int = 1) -> None:
 
 
 def alpha_beta_time(nbytes: float, alpha_s: float, bandwidth: float) -> float:
-    """Time of one message: t ≈ α + bytes / bandwidth (seed 000 §03)."""
+    """Time of one message: t ≈ α + bytes / bandwidth (the latency-bandwidth, or α-β, model)."""
     _nonneg(nbytes=nbytes, alpha_s=alpha_s)
     if not bandwidth > 0:
         raise ValueError(f"bandwidth must be positive (bytes/s), got {bandwidth!r}")
@@ -39,6 +39,27 @@ def ring_allreduce_time(nbytes: float, n_ranks: int, alpha_s: float, bandwidth: 
     if n_ranks == 1:
         return 0.0
     return 2 * (n_ranks - 1) * alpha_beta_time(nbytes / n_ranks, alpha_s, bandwidth)
+
+
+def latency_share(nbytes: float, n_ranks: int, alpha_s: float, bandwidth: float) -> float:
+    """The share of a ring all-reduce's time spent on latency: 2(n−1)·α / ring time
+    = α / (α + (bytes/n)/bandwidth). Near 1, the message is too small to use the link."""
+    _count("n_ranks", n_ranks, 2)
+    total = ring_allreduce_time(nbytes, n_ranks, alpha_s, bandwidth)
+    return 2 * (n_ranks - 1) * alpha_s / total if total > 0 else 0.0
+
+
+def min_bucket_bytes(n_ranks: int, alpha_s: float, bandwidth: float, max_latency_share: float) -> float:
+    """The smallest bucket (bytes) whose ring all-reduce spends at most ``max_latency_share``
+    of its time on latency: α/(α + B/(n·bw)) <= f  <=>  B >= n·bw·α·(1 − f)/f. At f = 0.5 it
+    is the size below which latency dominates, n·α·bw."""
+    _count("n_ranks", n_ranks, 2)
+    _nonneg(alpha_s=alpha_s)
+    if not bandwidth > 0:
+        raise ValueError(f"bandwidth must be positive (bytes/s), got {bandwidth!r}")
+    if not 0 < max_latency_share < 1:
+        raise ValueError(f"max_latency_share must be a fraction between 0 and 1, got {max_latency_share!r}")
+    return n_ranks * bandwidth * alpha_s * (1 - max_latency_share) / max_latency_share
 
 
 def bucket_sizes(total_bytes: float, bucket_bytes: float) -> list[float]:
@@ -77,7 +98,7 @@ def overlapped_backward(backward_s: float, total_bytes: float, bucket_bytes: flo
 
 def min_exposed(comm_s: float, overlap_window_s: float) -> float:
     """At least this much communication is exposed when only ``overlap_window_s`` of compute
-    can hide it: max(0, comm − window) (seed 000 §03)."""
+    can hide it: max(0, comm − window)."""
     _nonneg(comm_s=comm_s, overlap_window_s=overlap_window_s)
     return max(0.0, comm_s - overlap_window_s)
 
@@ -88,11 +109,73 @@ def max_saving(comm_s: float, new_comm_s: float, overlap_window_s: float) -> flo
     return min_exposed(comm_s, overlap_window_s) - min_exposed(new_comm_s, overlap_window_s)
 
 
-def bubble_fraction(stages: int, microbatches: int) -> float:
-    """Idle share of a synchronous pipeline (GPipe or 1F1B, equal stages): (p−1)/(m+p−1)."""
+def step_with_overlap(forward_s: float, backward_s: float, window_fraction: float,
+                      comm_s: float) -> tuple[float, float]:
+    """(step time, exposed communication) of forward + backward when communication can hide
+    behind the last ``window_fraction`` of the backward. A faster backward also shrinks that
+    window, so more communication is exposed: a faster kernel may not make the step faster."""
+    _nonneg(forward_s=forward_s, backward_s=backward_s, comm_s=comm_s)
+    if not 0 <= window_fraction <= 1:
+        raise ValueError(f"window_fraction must be between 0 and 1, got {window_fraction!r}")
+    exposed = min_exposed(comm_s, window_fraction * backward_s)
+    return forward_s + backward_s + exposed, exposed
+
+
+def bubble_fraction(stages: int, microbatches: int, chunks: int = 1) -> float:
+    """Idle share of a synchronous pipeline with equal stages (GPipe or 1F1B): (p−1)/(m+p−1).
+
+    With the interleaved 1F1B schedule each device holds ``chunks`` (v) model pieces, and the
+    fill and drain take 1/v as long: (p−1)/(v·m + p−1) (Narayanan et al., "Efficient Large-Scale
+    Language Model Training on GPU Clusters Using Megatron-LM", 2021, section 2.2)."""
     _count("stages", stages)
     _count("microbatches", microbatches)
-    return (stages - 1) / (microbatches + stages - 1)
+    _count("chunks", chunks)
+    return (stages - 1) / (chunks * microbatches + stages - 1)
+
+
+def stage_times(layer_times: list[float], split: list[int]) -> list[float]:
+    """Time of each pipeline stage when stage i gets the next ``split[i]`` layers, in order."""
+    if sum(split) != len(layer_times) or any(isinstance(k, bool) or not isinstance(k, int) or k < 1
+                                              for k in split):
+        raise ValueError(f"split {split} must give every stage at least one layer and use all "
+                         f"{len(layer_times)} layers")
+    out, i = [], 0
+    for k in split:
+        out.append(sum(layer_times[i:i + k]))
+        i += k
+    return out
+
+
+def optimal_splits(layer_times: list[float], stages: int) -> list[list[int]]:
+    """Every split of the layers (in order, at least one per stage) whose slowest stage is as
+    fast as possible. A pipeline runs at the pace of its slowest stage."""
+    from itertools import combinations
+
+    _count("stages", stages)
+    n = len(layer_times)
+    if not 1 <= stages <= n:
+        raise ValueError(f"cannot split {n} layers into {stages} stages of at least one layer")
+    for t in layer_times:
+        _nonneg(layer_time=t)
+    prefix = [0.0]
+    for t in layer_times:
+        prefix.append(prefix[-1] + t)
+    best, found = math.inf, []
+    for cuts in combinations(range(1, n), stages - 1):
+        bounds = (0, *cuts, n)
+        slowest = max(prefix[b] - prefix[a] for a, b in zip(bounds, bounds[1:], strict=False))
+        split = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+        tie = 1e-9 * max(1.0, abs(slowest))  # sums in another order may differ in the last bits
+        if not found or slowest < best - tie:
+            best, found = slowest, [split]
+        elif abs(slowest - best) <= tie:
+            found.append(split)
+    return found
+
+
+def balance_stages(layer_times: list[float], stages: int) -> list[int]:
+    """Layers per stage (in order) that make the slowest stage as fast as possible."""
+    return optimal_splits(layer_times, stages)[0]
 
 
 def min_microbatches(stages: int, max_bubble: float) -> int:
@@ -139,15 +222,19 @@ def _stage_order(schedule: str, stage: int, p: int, m: int) -> list[tuple[str, i
 
 
 def simulate_pipeline(stages: int, microbatches: int, schedule: str = "1f1b", t_forward: float = 1.0,
-                      t_backward: float = 2.0) -> PipelineSchedule:
-    """Simulate a pipeline-parallel step with ``stages`` equal stages (each op starts as soon as
+                      t_backward: float = 2.0, stage_scale: list[float] | None = None) -> PipelineSchedule:
+    """Simulate a pipeline-parallel step with ``stages`` stages (each op starts as soon as
     its stage is free and its input — the previous stage's forward or the next stage's
-    backward of the same microbatch — is done)."""
+    backward of the same microbatch — is done). ``stage_scale`` makes stages unequal: stage
+    s's forward and backward take ``stage_scale[s]`` times ``t_forward`` and ``t_backward``."""
     _count("stages", stages)
     _count("microbatches", microbatches)
     if schedule not in ("1f1b", "gpipe"):
         raise ValueError(f"schedule must be '1f1b' or 'gpipe', got {schedule!r}")
     _nonneg(t_forward=t_forward, t_backward=t_backward)
+    scale = [1.0] * stages if stage_scale is None else [float(x) for x in stage_scale]
+    if len(scale) != stages or any(not x > 0 for x in scale):
+        raise ValueError(f"stage_scale needs {stages} positive numbers, got {stage_scale!r}")
     p, m = stages, microbatches
     orders = [_stage_order(schedule, s, p, m) for s in range(p)]
     done: dict[tuple[str, int, int], float] = {}
@@ -165,7 +252,7 @@ def simulate_pipeline(stages: int, microbatches: int, schedule: str = "1f1b", t_
             if dep is not None and dep not in done:
                 continue
             start = max(free[s], done[dep] if dep else 0.0)
-            end = start + (t_forward if kind == "F" else t_backward)
+            end = start + scale[s] * (t_forward if kind == "F" else t_backward)
             ops[s].append((start, end, kind, i))
             done[(kind, s, i)], free[s] = end, end
             cursor[s] += 1

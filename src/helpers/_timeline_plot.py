@@ -46,7 +46,7 @@ def _rows(trace: Trace, start: float, end: float) -> dict[str, dict[str, list]]:
 
 def plot_timeline(traces: Trace | Sequence[Trace], start_us: float | None = None,
                   end_us: float | None = None, ax: Any = None, title: str = "") -> Any:
-    """Draw each rank's threads and CUDA streams as rows of coloured bars: compute (blue),
+    """Draw each rank's threads and CUDA streams as rows of colored bars: compute (blue),
     communication (orange), data loading (green), other device work (grey); grey blocks on
     top mark the profiler steps. Times in ms from the first step. Returns the axes."""
     import matplotlib.pyplot as plt

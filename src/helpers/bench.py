@@ -1,9 +1,11 @@
-"""Honest timing: warm-up that is never timed, device synchronisation, medians with spread.
+"""Honest timing: warm-up that is never timed, device synchronization, medians with spread.
 
 On a CUDA device each call is timed with CUDA events (device time between two points in
 the stream); on CPU with ``time.perf_counter`` after the work has finished.
 
-Also here, because every chapter reuses them: :func:`compare` (baseline vs tuned, seed 003),
+Also here, because every chapter reuses them: :func:`compare` (baseline vs tuned),
+:func:`measure_interleaved` (two variants timed turn by turn), :func:`same_result` (check the
+outputs agree before comparing speed),
 :func:`count_host_syncs` (where a loop reads device values back), :func:`profile_sync_events`
 (the same, seen by the CUDA profiler), :class:`FakeAsyncDevice` (a deterministic stand-in for
 an asynchronous GPU, for tests and exercises) and :func:`logged_loop` (loss logging with or
@@ -85,7 +87,7 @@ class Measurement:
         return None if self.peak_allocated_bytes is None else self.peak_allocated_bytes / 2**20
 
     def metrics(self) -> dict[str, float | None]:
-        """Seed 003's metrics: ``{"step_time_ms": median, "peak_mem_mb": peak or None}``."""
+        """The comparison metrics: ``{"step_time_ms": median, "peak_mem_mb": peak or None}``."""
         return {"step_time_ms": self.median * 1e3, "peak_mem_mb": self.peak_allocated_mb}
 
     def __str__(self) -> str:
@@ -105,15 +107,19 @@ def measure(
 ) -> Measurement:
     """Time ``fn()``: one cold call, ``warmup - 1`` more untimed calls, then ``iters`` timed.
 
-    Every sample is bracketed by device synchronisation, so it is the time the work took,
+    Every sample is bracketed by device synchronization, so it is the time the work took,
     not the time it took to queue it. On CUDA the samples come from CUDA events and the
     result carries the peak allocated memory of the timed calls (the peak is reset after
     warm-up). ``clock`` (seconds, e.g. ``time.perf_counter``) and ``sync`` replace the
-    timer and the synchronisation: tests and exercises use them to time a fake device
+    timer and the synchronization: tests and exercises use them to time a fake device
     deterministically; with a ``clock`` no CUDA events are used.
     """
-    if iters < 1 or warmup < 1:
-        raise ValueError(f"need warmup >= 1 and iters >= 1, got warmup={warmup}, iters={iters}")
+    if not callable(fn):
+        raise TypeError(f"measure(fn, ...) times a function called with no arguments; got "
+                        f"{type(fn).__name__} {fn!r}. Wrap the work: measure(lambda: model(x)).")
+    for name, value in (("warmup", warmup), ("iters", iters)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a whole number of calls >= 1, got {value!r}")
     dev = resolve_device(device or "auto")
     wait = sync or (lambda: synchronize(dev))
     now = clock or time.perf_counter
@@ -148,11 +154,11 @@ def measure(
     return Measurement(samples, first, str(dev), peak)
 
 
-# --------------------------------------------------------------------------- compare (seed 003)
+# --------------------------------------------------------------------------- compare
 
 @dataclass(frozen=True)
 class Comparison:
-    """Baseline minus tuned (seed 003): a positive delta means tuned is faster / smaller."""
+    """Baseline minus tuned: a positive delta means tuned is faster / smaller."""
 
     step_time_delta_ms: float
     peak_mem_delta_mb: float | None  # None when either side has no memory figure (CPU)
@@ -178,7 +184,8 @@ def _metrics(result: Measurement | Mapping[str, Any], side: str) -> tuple[float,
         raise TypeError(f"{side} must be a Measurement or a dict with 'step_time_ms' and "
                         f"'peak_mem_mb', got {type(result).__name__}")
     if "step_time_ms" not in m:
-        raise KeyError(f"{side} has no 'step_time_ms'; give measure()'s result or seed 003's dict")
+        raise KeyError(f"{side} has no 'step_time_ms'; give measure()'s result or a dict with "
+                       "'step_time_ms' and 'peak_mem_mb'")
     time_ms = float(m["step_time_ms"])
     if not time_ms > 0:
         raise ValueError(f"{side} step_time_ms must be positive, got {time_ms!r}")
@@ -190,7 +197,7 @@ def compare(baseline: Measurement | Mapping[str, Any],
             tuned: Measurement | Mapping[str, Any]) -> Comparison:
     """Deltas baseline − tuned for step time (median, ms) and peak memory (MiB), with flags.
 
-    Accepts two :class:`Measurement` results or two seed-003 style dicts
+    Accepts two :class:`Measurement` results or two dicts
     (``{"step_time_ms": ..., "peak_mem_mb": ...}``). A peak memory that was not measured
     (``None``, as on CPU) gives ``None`` deltas and flags rather than a zero.
     """
@@ -203,6 +210,60 @@ def compare(baseline: Measurement | Mapping[str, Any],
         beyond = tuned.max < baseline.min or baseline.max < tuned.min
     return Comparison(time_delta, mem_delta, time_delta > 0,
                       None if mem_delta is None else mem_delta > 0, base_ms / tuned_ms, beyond)
+
+
+def measure_interleaved(fns: Mapping[str, Callable[[], Any]], *, warmup: int = 2, iters: int = 10,
+                        device: str | torch.device | None = None) -> dict[str, Measurement]:
+    """Time several variants turn by turn (A, B, A, B, ...) rather than one after the other.
+
+    On a shared or busy machine the load changes over time; timing the variants in turns
+    spreads those changes over all of them, so a difference between them is a difference
+    between the variants, not between two moments. Each variant is warmed up first.
+    Returns ``{name: Measurement}``.
+    """
+    if not fns:
+        raise ValueError("measure_interleaved needs at least one function")
+    for name, fn in fns.items():
+        if not callable(fn):
+            raise TypeError(f"{name!r} is a {type(fn).__name__}, not a function to time")
+    for label, value in (("warmup", warmup), ("iters", iters)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a whole number of calls >= 1, got {value!r}")
+    dev = resolve_device(device or "auto")
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    first: dict[str, float] = {}
+    for name, fn in fns.items():
+        synchronize(dev)
+        start = time.perf_counter()
+        fn()
+        synchronize(dev)
+        first[name] = time.perf_counter() - start
+        for _ in range(warmup - 1):
+            fn()
+    for _ in range(iters):
+        for name, fn in fns.items():
+            synchronize(dev)
+            start = time.perf_counter()
+            fn()
+            synchronize(dev)
+            samples[name].append(time.perf_counter() - start)
+    return {name: Measurement(samples[name], first[name], str(dev), meta={"interleaved": list(fns)})
+            for name in fns}
+
+
+def same_result(baseline: Any, tuned: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
+    """True when two results (numbers, tensors, or lists / tuples / dicts of them) agree within
+    tolerance. Check this before comparing speed: a faster run that computes something else is
+    not an improvement."""
+    if isinstance(baseline, Mapping) and isinstance(tuned, Mapping):
+        return baseline.keys() == tuned.keys() and all(
+            same_result(baseline[k], tuned[k], rtol, atol) for k in baseline)
+    if isinstance(baseline, (list, tuple)) and isinstance(tuned, (list, tuple)):
+        return len(baseline) == len(tuned) and all(
+            same_result(a, b, rtol, atol) for a, b in zip(baseline, tuned, strict=True))
+    a = torch.as_tensor(baseline, dtype=torch.float64)
+    b = torch.as_tensor(tuned, dtype=torch.float64)
+    return a.shape == b.shape and bool(torch.allclose(a, b, rtol=rtol, atol=atol))
 
 
 # --------------------------------------------------------------------------- implicit syncs
@@ -251,9 +312,10 @@ class _ReadbackCounter(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         to_host = False
         if name in ("cpu", "to") and args and isinstance(args[0], torch.Tensor):
-            # a copy from an accelerator to host memory; a no-op (no sync) for a CPU tensor
+            # a copy to host memory: on a GPU it waits for the device. Counted whatever the
+            # tensor's device, so a loop checked on a CPU gets the count it would get on a GPU.
             target = kwargs.get("device", args[1] if len(args) > 1 else None)
-            to_host = args[0].device.type != "cpu" and (name == "cpu" or str(target) == "cpu")
+            to_host = name == "cpu" or str(target).split(":")[0] == "cpu"
         if (name in READBACKS or to_host) and not _called_from_torch():
             self.counts.by_kind[name] = self.counts.by_kind.get(name, 0) + 1
         return func(*args, **kwargs)
@@ -263,8 +325,10 @@ def count_host_syncs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple
     """Run ``fn(*args, **kwargs)`` and count the points where it reads a tensor value on the host.
 
     Counted: ``.item()``, ``float()``/``int()``/``bool()`` of a tensor (``if loss > 0:`` too),
-    ``.tolist()``, ``.numpy()``, formatting or printing a tensor, and copies from a GPU to
-    the CPU. On a GPU each of these is a host-device synchronisation: the Python thread
+    ``.tolist()``, ``.numpy()``, formatting or printing a tensor, and copies to the CPU
+    (``.cpu()``, ``.to("cpu")``), counted even for a tensor already on the CPU, because the
+    same line on a GPU is a blocking copy. On a GPU each of these is a host-device
+    synchronization: the Python thread
     stops until the device has finished everything queued before it. On a CPU they cost
     little, but the count is the same, so a loop can be checked here before it runs on a GPU.
     Returns ``(fn's result, SyncCount)``.
@@ -293,8 +357,10 @@ def profile_sync_events(fn: Callable[[], Any], steps: int = 3) -> dict[str, int]
                            "use bench.count_host_syncs(fn) to count read-backs on any device.")
     from torch.profiler import ProfilerActivity, profile
 
+    from ._quiet import profiler_notices_hidden
+
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profiler_notices_hidden(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             fn()
         torch.cuda.synchronize()
@@ -315,7 +381,7 @@ def logged_loop(step_fn: Callable[[], torch.Tensor], n_steps: int, log_every: in
     """Run ``step_fn`` ``n_steps`` times; return the mean loss of each ``log_every`` window.
 
     ``read_every_step=False`` keeps the running sum on the device and reads it back once per
-    window (seed 002's fix); ``True`` calls ``.item()`` on every loss, the common habit that
+    window (the fix); ``True`` calls ``.item()`` on every loss, the common habit that
     forces a host-device sync each step. Both return the same numbers (a last, shorter
     window is included).
     """
@@ -341,7 +407,7 @@ class FakeAsyncDevice:
 
     ``step()`` queues work of the next programmed duration and returns at once, as a CUDA
     launch does; the fake ``clock()`` only moves when ``synchronize()`` waits for the queued
-    work. So a timer that forgets to synchronise measures (almost) nothing, as it would on a
+    work. So a timer that forgets to synchronize measures (almost) nothing, as it would on a
     GPU. Memory works like ``torch.cuda``: ``step()`` raises the peak to its programmed
     figure, ``reset_peak_memory_stats()`` clears it, ``max_memory_allocated()`` reads it.
     """

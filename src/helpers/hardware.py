@@ -40,6 +40,7 @@ class DeviceSpec:
     source: str
     note: str = ""
     aliases: tuple[str, ...] = ()
+    l2_cache_mb: float | None = None  # on-chip L2 cache, MB (decimal); None where not in the table
 
     def peak(self, dtype: str | torch.dtype) -> float:
         """Dense peak FLOP/s for ``dtype`` (``"bf16"``, ``torch.bfloat16``, ...)."""
@@ -58,15 +59,17 @@ class DeviceSpec:
 
 
 def _spec(name, fp32, bw_gb_s, mem_gb, source, *, tf32=None, fp16=None, bf16=None, fp8=None,
-          note="", aliases=()) -> DeviceSpec:
+          note="", aliases=(), l2_mb=None) -> DeviceSpec:
     peaks = {"fp32": fp32 * TERA}
     for key, value in (("tf32", tf32), ("fp16", fp16), ("bf16", bf16), ("fp8", fp8)):
         if value is not None:
             peaks[key] = value * TERA
-    return DeviceSpec(name, peaks, bw_gb_s * GIGA, mem_gb, source, note, tuple(aliases))
+    return DeviceSpec(name, peaks, bw_gb_s * GIGA, mem_gb, source, note, tuple(aliases), l2_mb)
 
 
 _SPARSE_NOTE = "Datasheet tensor figures are with sparsity (*); dense = half, as stored here."
+_A100_L2 = " L2 cache: 40 MB (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020)."
+_H100_L2 = " L2 cache: 50 MB (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022)."
 
 #: The table. Figures in TFLOP/s (dense) and GB/s as printed, converted to SI units.
 DEVICES: dict[str, DeviceSpec] = {s.name: s for s in [
@@ -74,7 +77,7 @@ DEVICES: dict[str, DeviceSpec] = {s.name: s for s in [
           fp16=65, note="Turing: FP16 tensor cores only; no TF32, BF16 or FP8.",
           aliases=("Tesla T4",)),
     _spec("V100 SXM2", 15.7, 900, 32, "NVIDIA Tesla V100 GPU datasheet (2020), SXM2 column",
-          fp16=125, note="Volta: FP16 tensor cores only.", aliases=("V100", "V100-SXM2")),
+          fp16=125, note="Volta: FP16 tensor cores only.", aliases=("V100-SXM2",)),
     _spec("V100 PCIe", 14.0, 900, 32, "NVIDIA Tesla V100 GPU datasheet (2020), PCIe column",
           fp16=112, note="Volta: FP16 tensor cores only.", aliases=("V100-PCIE",)),
     _spec("A10G", 31.52, 600, 24,
@@ -85,28 +88,52 @@ DEVICES: dict[str, DeviceSpec] = {s.name: s for s in [
           tf32=60, fp16=121, bf16=121, fp8=242.5, note=_SPARSE_NOTE),
     _spec("A100 40GB SXM", 19.5, 1555, 40,
           "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 40GB SXM column",
-          tf32=156, fp16=312, bf16=312, note="Ampere: no FP8.",
-          aliases=("A100", "A100 40GB", "A100-SXM4-40GB")),
+          tf32=156, fp16=312, bf16=312, note="Ampere: no FP8." + _A100_L2,
+          aliases=("A100 40GB", "A100-SXM4-40GB"), l2_mb=40),
     _spec("A100 80GB SXM", 19.5, 2039, 80,
           "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB SXM column",
-          tf32=156, fp16=312, bf16=312, note="Ampere: no FP8.",
-          aliases=("A100 80GB", "A100-SXM4-80GB")),
+          tf32=156, fp16=312, bf16=312, note="Ampere: no FP8." + _A100_L2,
+          aliases=("A100-SXM4-80GB",), l2_mb=40),
     _spec("A100 80GB PCIe", 19.5, 1935, 80,
           "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB PCIe column",
-          tf32=156, fp16=312, bf16=312, note="Ampere: no FP8.", aliases=("A100-PCIE-80GB",)),
+          tf32=156, fp16=312, bf16=312, note="Ampere: no FP8." + _A100_L2,
+          aliases=("A100-PCIE-80GB",), l2_mb=40),
     _spec("H100 SXM", 67, 3350, 80, "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 SXM column",
-          tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE,
-          aliases=("H100", "H100 80GB HBM3", "H100-SXM5-80GB")),
+          tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE + _H100_L2,
+          aliases=("H100 80GB HBM3", "H100-SXM5-80GB"), l2_mb=50),
     _spec("H100 PCIe", 51, 2000, 80, "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 PCIe column",
-          tf32=378, fp16=756.5, bf16=756.5, fp8=1513, note=_SPARSE_NOTE),
+          tf32=378, fp16=756.5, bf16=756.5, fp8=1513, note=_SPARSE_NOTE + _H100_L2, l2_mb=50),
+    _spec("H100 NVL", 60, 3900, 94,
+          "NVIDIA H100 Tensor Core GPU datasheet (2024), H100 NVL column (figures per GPU)",
+          tf32=417.5, fp16=835.5, bf16=835.5, fp8=1670.5, note=_SPARSE_NOTE),
     _spec("H200", 67, 4800, 141, "NVIDIA H200 Tensor Core GPU datasheet (2024), H200 SXM column",
           tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE,
           aliases=("H200 SXM", "NVIDIA H200")),
+    _spec("GH200 96GB", 67, 4000, 96,
+          "NVIDIA GH200 Grace Hopper Superchip datasheet (2024), 96GB HBM3 column (the GPU part)",
+          tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE),
+    _spec("GH200 144GB", 67, 4900, 144,
+          "NVIDIA GH200 Grace Hopper Superchip datasheet (2024), 144GB HBM3e column (the GPU part)",
+          tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE),
+    _spec("L40S", 91.6, 864, 48, "NVIDIA L40S GPU datasheet (2023)",
+          tf32=183, fp16=362.05, bf16=362.05, fp8=733,
+          note="The datasheet prints dense | sparse tensor figures; the dense ones are stored."),
+    _spec("B200", 80, 8000, 192,
+          "NVIDIA Blackwell datasheet (2024), HGX B200 column divided by its 8 GPUs",
+          tf32=1125, fp16=2250, bf16=2250, fp8=4500,
+          note=_SPARSE_NOTE + " FP4 (Blackwell) is not a dtype of this table."),
 ]}
 
 
 def _normalise(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower().replace("nvidia", "").replace("tesla", ""))
+
+
+class DeviceNameError(KeyError):
+    """A device name the table does not hold, or one that names several parts."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0]) if self.args else ""
 
 
 def list_devices() -> list[str]:
@@ -115,28 +142,50 @@ def list_devices() -> list[str]:
 
 
 def get_device(name: str) -> DeviceSpec:
-    """Look a device up by name or alias, ignoring case, spaces and dashes."""
+    """Look a device up by its name or an alias, ignoring case, spaces and dashes.
+
+    A name that fits several parts ("H100": SXM, PCIe or NVL) is an error that lists them:
+    their peaks and bandwidths differ, so the table never guesses.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise DeviceNameError(f"give a device name such as 'H100 SXM', got {name!r}")
     wanted = _normalise(name)
     for spec in DEVICES.values():
         if wanted in {_normalise(n) for n in (spec.name, *spec.aliases)}:
             return spec
-    raise KeyError(f"No device named {name!r} in the table; known: {', '.join(DEVICES)}.")
+    similar = [spec.name for spec in DEVICES.values()
+               if any(_normalise(n).startswith(wanted) for n in (spec.name, *spec.aliases))]
+    if len(similar) > 1:
+        raise DeviceNameError(f"The name {name!r} fits several devices: {', '.join(similar)}. "
+                              "Their peaks differ: pick one by its full name.")
+    hint = f" Did you mean {similar[0]!r}?" if similar else ""
+    raise DeviceNameError(f"No device named {name!r} in the table.{hint} "
+                          f"Known: {', '.join(DEVICES)}.")
 
 
 def match_gpu_name(cuda_name: str, total_memory_bytes: float | None = None) -> DeviceSpec | None:
     """Map a CUDA device name (``torch.cuda.get_device_name()``) to a table entry, or None."""
     n = cuda_name.upper()
     big = "80GB" in n or (total_memory_bytes is not None and total_memory_bytes > 50e9)
+    if "GH200" in n:  # before H200: "NVIDIA GH200 480GB" contains "H200"
+        large = total_memory_bytes is not None and total_memory_bytes > 120e9
+        return DEVICES["GH200 144GB" if large or "144" in n else "GH200 96GB"]
     if "H200" in n:
         return DEVICES["H200"]
     if "H100" in n:
+        if "NVL" in n:
+            return DEVICES["H100 NVL"]
         return DEVICES["H100 PCIe" if "PCIE" in n else "H100 SXM"]
+    if re.search(r"\bB200\b", n):
+        return DEVICES["B200"]
     if "A100" in n:
         if big:
             return DEVICES["A100 80GB PCIe" if "PCIE" in n else "A100 80GB SXM"]
         return DEVICES["A100 40GB SXM"]
     if "A10G" in n:
         return DEVICES["A10G"]
+    if re.search(r"\bL40S\b", n):
+        return DEVICES["L40S"]
     if re.search(r"\bL4\b", n):
         return DEVICES["L4"]
     if re.search(r"\bT4\b", n):
@@ -176,28 +225,48 @@ def bytes_per_element(dtype: str | torch.dtype) -> int:
     return {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}[dtype_key(dtype)]
 
 
+NOISY = 0.5  # a (max - min) / median spread above this makes a measured roof worth a warning
+
+
 @dataclass
 class MeasuredDevice:
-    """Achieved figures on the current device: its empirical roofline."""
+    """Achieved figures on the current device: its empirical roofline.
+
+    A roof is a best case, so each figure comes from the FASTEST timed run: other work on a
+    shared machine only ever slows a run down. The medians stay in ``gemm_runs`` / ``copy_run``.
+    """
 
     device: str
     name: str
     gemm_n: int
-    gemm_flops: dict[str, float] = field(default_factory=dict)  # achieved FLOP/s per dtype
+    gemm_flops: dict[str, float] = field(default_factory=dict)  # best achieved FLOP/s per dtype
     gemm_runs: dict[str, Measurement] = field(default_factory=dict)
     copy_bytes: int = 0
-    copy_bandwidth: float = 0.0  # achieved B/s (read + write)
+    copy_bandwidth: float = 0.0  # best achieved B/s (read + write)
     copy_run: Measurement | None = None
 
     def summary(self) -> str:
-        lines = [f"Measured on {self.name} ({self.device}), median of timed runs after warm-up:"]
+        lines = [f"Measured on {self.name} ({self.device}), fastest of the timed runs after warm-up:"]
         for key, flops in self.gemm_flops.items():
             run = self.gemm_runs[key]
             lines.append(f"  GEMM {self.gemm_n}^3 {key:>4}: {flops / TERA:8.3f} TFLOP/s "
-                         f"(median {run.median * 1e3:.2f} ms, spread {run.spread:.0%})")
-        lines.append(f"  copy {self.copy_bytes / 2**21:.0f} MiB buffer: "
-                     f"{self.copy_bandwidth / GIGA:8.1f} GB/s (read + write)")
+                         f"(best of {len(run.samples)}: {run.min * 1e3:.2f} ms; median "
+                         f"{run.median * 1e3:.2f} ms, spread {run.spread:.0%})")
+        if self.copy_run is not None:
+            lines.append(f"  copy {self.copy_bytes / 2**21:.0f} MiB buffer: "
+                         f"{self.copy_bandwidth / GIGA:8.1f} GB/s (read + write; best of "
+                         f"{len(self.copy_run.samples)}, spread {self.copy_run.spread:.0%})")
+        lines += [f"  WARNING: {w}" for w in self.warnings()]
         return "\n".join(lines)
+
+    def warnings(self) -> list[str]:
+        """Why these roofs may be too low: timed runs that spread widely (a busy machine)."""
+        runs = [(f"the {self.gemm_n}^3 {k} GEMM", r) for k, r in self.gemm_runs.items()]
+        if self.copy_run is not None:
+            runs.append(("the copy", self.copy_run))
+        return [f"{what} runs spread {run.spread:.0%} around their median: other work shared "
+                "this machine, so this roof may be too low; rerun on a quiet machine"
+                for what, run in runs if run.spread > NOISY]
 
 
 def _device_name(device: torch.device) -> str:
@@ -218,8 +287,9 @@ def measure_device(
     """Measure achieved GEMM FLOP/s per dtype and copy bandwidth on ``device``.
 
     GEMM: ``gemm_n``-cubed matmul, 2·n³ FLOPs per call. Copy: ``dst.copy_(src)`` of
-    ``copy_mib`` MiB, counted as read + write (2 × size bytes). Times are medians after
-    warm-up, synchronised (CUDA events on a GPU). These are achieved figures, not peaks.
+    ``copy_mib`` MiB, counted as read + write (2 × size bytes). Runs are timed after warm-up
+    and synchronized (CUDA events on a GPU); each figure is the FASTEST run, because a roof is
+    a best case. These are achieved figures, not datasheet peaks.
     """
     dev = resolve_device(device)
     if dtypes is None:
@@ -243,10 +313,10 @@ def measure_device(
         finally:
             torch.backends.cuda.matmul.allow_tf32 = tf32_before
         result.gemm_runs[key] = run
-        result.gemm_flops[key] = 2 * gemm_n**3 / run.median
+        result.gemm_flops[key] = 2 * gemm_n**3 / run.min
     src = torch.empty(copy_mib * 2**20 // 4, dtype=torch.float32, device=dev).uniform_()
     dst = torch.empty_like(src)
     result.copy_run = measure(lambda: dst.copy_(src), warmup=2, iters=iters, device=dev)
     result.copy_bytes = 2 * src.numel() * src.element_size()
-    result.copy_bandwidth = result.copy_bytes / result.copy_run.median
+    result.copy_bandwidth = result.copy_bytes / result.copy_run.min
     return result

@@ -1,6 +1,6 @@
 """Chapter 2 — MFU and HFU: how much of the hardware's peak a training step turns into progress.
 
-Definitions (seed 001, seed 000 §04):
+Definitions (PaLM, Chowdhery et al. 2022, appendix B; Korthikanti et al. 2022 for HFU):
 
 * MFU = model FLOPs per step / (step time · devices · dense peak per device of the dtype)
 * HFU = executed FLOPs per step / (the same denominator); executed FLOPs include work that
@@ -10,7 +10,10 @@ Definitions (seed 001, seed 000 §04):
   the attention term 12 · layers · heads · head_dim · seq_len per token (PaLM appendix B,
   nanoGPT's ``estimate_mfu``).
 * tokens per step = global batch · sequence length trained, where
-  global batch = micro batch · gradient-accumulation steps · data-parallel devices.
+  global batch = micro batch · gradient-accumulation steps · data-parallel ranks. With tensor or
+  pipeline parallelism, only the data-parallel ranks see different tokens; the denominator still
+  counts every device.
+* a mixture-of-experts model counts its ACTIVE parameters per token in N, not all experts.
 
 Peaks: a GPU's comes from the datasheet table :data:`helpers.hardware.DEVICES` (dense); a
 CPU has no datasheet peak, so the course divides by the FLOP/s it *measured* on a large GEMM
@@ -18,7 +21,7 @@ CPU has no datasheet peak, so the course divides by the FLOP/s it *measured* on 
 of the best GEMM this machine did", not "fraction of a theoretical peak".
 
 ``python -m helpers.mfu`` is the chapter's benchmark: it times the course model's training
-step on this device and prints tokens/s, MFU and HFU in the seed 001 report format.
+step on this device and prints tokens/s, MFU and HFU in a short report.
 """
 
 from __future__ import annotations
@@ -80,14 +83,14 @@ def tokens_per_step(micro_batch_size: int, seq_len: int, grad_accum_steps: int =
 
 
 def mfu(model_flops: float, step_time_s: float, num_devices: int, peak_flops_per_device: float) -> float:
-    """Model FLOPs utilisation: model_flops / (step_time_s · num_devices · peak_flops_per_device)."""
+    """Model FLOPs utilization: model_flops / (step_time_s · num_devices · peak_flops_per_device)."""
     _positive(model_flops=model_flops, step_time_s=step_time_s, peak_flops_per_device=peak_flops_per_device)
     _count(num_devices=num_devices)
     return model_flops / (step_time_s * num_devices * peak_flops_per_device)
 
 
 def hfu(executed_flops: float, step_time_s: float, num_devices: int, peak_flops_per_device: float) -> float:
-    """Hardware FLOPs utilisation: the same denominator as MFU over the FLOPs actually executed."""
+    """Hardware FLOPs utilization: the same denominator as MFU over the FLOPs actually executed."""
     _positive(executed_flops=executed_flops, step_time_s=step_time_s,
               peak_flops_per_device=peak_flops_per_device)
     _count(num_devices=num_devices)
@@ -104,7 +107,7 @@ def throughput(step_time_s: float, batch_size: int, seq_len: int) -> dict[str, f
 
 def dense_transformer_mfu(*, params: float, global_batch_size: int, seq_len: int, step_time_s: float,
                           num_gpus: int, peak_tflops_per_gpu: float) -> dict[str, float]:
-    """Seed 001's MFU calculator: 6·N·tokens over the summed peak of all GPUs."""
+    """The dense-transformer MFU calculator: 6·N·tokens over the summed peak of all GPUs."""
     tokens = tokens_per_step(global_batch_size, seq_len)
     model_flops = dense_model_flops(params, tokens)
     return {"tokens_per_step": tokens,
@@ -205,7 +208,7 @@ def counted_flops_formula(config: models.GPTConfig, batch_size: int, seq_len: in
 # --------------------------------------------------------------------------- the MFU bug hunt
 
 #: The mistakes of the chapter's bug hunt, as :func:`claim_problem` names them.
-MFU_BUGS = ("none", "sparse_peak", "one_device", "max_seq_len", "grad_accum", "recompute")
+MFU_BUGS = ("none", "sparse_peak", "one_device", "max_seq_len", "grad_accum", "mp_tokens", "recompute")
 
 
 @dataclass(frozen=True)
@@ -218,11 +221,12 @@ class MFUClaim:
 
     name: str
     params: int  # N of 6·N·tokens
-    micro_batch_size: int  # sequences per device per forward/backward
+    micro_batch_size: int  # sequences per model replica per forward/backward
     seq_len: int  # tokens per sequence actually trained
     max_seq_len: int  # the model's context length
     grad_accum_steps: int
-    num_devices: int  # data-parallel devices
+    num_devices: int  # every device of the job
+    model_parallel: int  # devices that share one model replica (tensor × pipeline parallel)
     step_time_s: float  # one optimizer step, all micro-steps included
     device: str  # a name in helpers.hardware.DEVICES
     dtype: str
@@ -233,60 +237,95 @@ class MFUClaim:
     peak_flops_per_device: float
     claimed_mfu: float
 
+    @property
+    def data_parallel(self) -> int:
+        """Model replicas that see different data: devices / model_parallel."""
+        return self.num_devices // self.model_parallel
+
+
+def _claim_tokens(micro: int, seq: int, accum: int, ranks: int) -> int:
+    return micro * seq * accum * ranks
+
 
 def make_claim(bug: str = "none", *, name: str = "run", params: int = 125_000_000,
                micro_batch_size: int = 8, seq_len: int = 1024, max_seq_len: int = 2048,
-               grad_accum_steps: int = 4, num_devices: int = 8, step_time_s: float = 1.0,
-               device: str = "A100 80GB SXM", dtype: str = "bf16",
+               grad_accum_steps: int = 4, num_devices: int = 8, model_parallel: int = 1,
+               step_time_s: float = 1.0, device: str = "A100 80GB SXM", dtype: str = "bf16",
                activation_checkpointing: bool = False) -> MFUClaim:
     """An MFU claim whose working contains ``bug`` (one of :data:`MFU_BUGS`)."""
     if bug not in MFU_BUGS:
         raise ValueError(f"unknown bug {bug!r}; choose one of {', '.join(MFU_BUGS)}")
+    _count(num_devices=num_devices, model_parallel=model_parallel)
+    if num_devices % model_parallel:
+        raise ValueError(f"num_devices={num_devices} is not a multiple of model_parallel={model_parallel}")
+    dp = num_devices // model_parallel
     needs = {"one_device": num_devices > 1, "max_seq_len": max_seq_len > seq_len,
-             "grad_accum": grad_accum_steps > 1, "recompute": activation_checkpointing}
+             "grad_accum": grad_accum_steps > 1, "mp_tokens": model_parallel > 1,
+             "recompute": activation_checkpointing}
     if not needs.get(bug, True):
         raise ValueError(f"bug {bug!r} leaves no trace with these settings (it needs more than one "
-                         "device, a shorter trained length, accumulation or checkpointing)")
-    peak = hardware.get_device(device).peak(dtype)
-    seq_used = max_seq_len if bug == "max_seq_len" else seq_len
-    accum_used = 1 if bug == "grad_accum" else grad_accum_steps
-    tokens = tokens_per_step(micro_batch_size, seq_used, accum_used, num_devices)
+                         "device, a shorter trained length, accumulation, tensor or pipeline "
+                         "parallelism, or checkpointing)")
+    wrong_tokens = {"max_seq_len": _claim_tokens(micro_batch_size, max_seq_len, grad_accum_steps, dp),
+                    "grad_accum": _claim_tokens(micro_batch_size, seq_len, 1, dp),
+                    "mp_tokens": _claim_tokens(micro_batch_size, seq_len, grad_accum_steps, num_devices)}
+    right = _claim_tokens(micro_batch_size, seq_len, grad_accum_steps, dp)
+    if bug in wrong_tokens and [t for t in wrong_tokens.values()].count(wrong_tokens[bug]) > 1:
+        raise ValueError(f"bug {bug!r} gives the same token count as another token bug here; "
+                         "change the settings so the claim has one clear mistake")
+    tokens = wrong_tokens.get(bug, right)
     flops = (8 if bug == "recompute" else 6) * params * tokens  # recompute: one more forward, 2NT
     devices = 1 if bug == "one_device" else num_devices
+    peak = hardware.get_device(device).peak(dtype)
     peak_used = 2 * peak if bug == "sparse_peak" else peak
-    return MFUClaim(name, params, micro_batch_size, seq_len, max_seq_len, grad_accum_steps, num_devices,
-                    step_time_s, device, dtype, activation_checkpointing, tokens, flops, devices,
-                    peak_used, flops / (step_time_s * devices * peak_used))
+    return MFUClaim(name=name, params=params, micro_batch_size=micro_batch_size, seq_len=seq_len,
+                    max_seq_len=max_seq_len, grad_accum_steps=grad_accum_steps, num_devices=num_devices,
+                    model_parallel=model_parallel, step_time_s=step_time_s, device=device, dtype=dtype,
+                    activation_checkpointing=activation_checkpointing, tokens_per_step=tokens,
+                    model_flops_per_step=flops, devices_in_denominator=devices,
+                    peak_flops_per_device=peak_used,
+                    claimed_mfu=flops / (step_time_s * devices * peak_used))
+
+
+def _right_tokens(claim: MFUClaim) -> int:
+    return _claim_tokens(claim.micro_batch_size, claim.seq_len, claim.grad_accum_steps,
+                         claim.data_parallel)
 
 
 def true_mfu(claim: MFUClaim) -> float:
-    """The MFU of the run behind ``claim``, recomputed from what was run (6·N·tokens)."""
-    tokens = tokens_per_step(claim.micro_batch_size, claim.seq_len, claim.grad_accum_steps,
-                             claim.num_devices)
+    """The MFU of the run behind ``claim``, recomputed from what was run (6·N·tokens, tokens
+    from the data-parallel replicas, every device in the denominator)."""
     peak = hardware.get_device(claim.device).peak(claim.dtype)
-    return mfu(dense_model_flops(claim.params, tokens), claim.step_time_s, claim.num_devices, peak)
+    return mfu(dense_model_flops(claim.params, _right_tokens(claim)), claim.step_time_s,
+               claim.num_devices, peak)
 
 
 def claim_problem(claim: MFUClaim) -> str:
     """Which of :data:`MFU_BUGS` the claim's working contains (the first one found)."""
     peak = hardware.get_device(claim.device).peak(claim.dtype)
-    tokens = tokens_per_step(claim.micro_batch_size, claim.seq_len, claim.grad_accum_steps,
-                             claim.num_devices)
+    tokens = _right_tokens(claim)
     if not math.isclose(claim.peak_flops_per_device, peak, rel_tol=1e-9):
         return "sparse_peak"
     if claim.devices_in_denominator != claim.num_devices:
         return "one_device"
     if claim.tokens_per_step != tokens:
-        longer = tokens_per_step(claim.micro_batch_size, claim.max_seq_len, claim.grad_accum_steps,
-                                 claim.num_devices)
-        return "max_seq_len" if claim.tokens_per_step == longer else "grad_accum"
+        dp = claim.data_parallel
+        wrong = {"max_seq_len": _claim_tokens(claim.micro_batch_size, claim.max_seq_len,
+                                              claim.grad_accum_steps, dp),
+                 "grad_accum": _claim_tokens(claim.micro_batch_size, claim.seq_len, 1, dp),
+                 "mp_tokens": _claim_tokens(claim.micro_batch_size, claim.seq_len,
+                                            claim.grad_accum_steps, claim.num_devices)}
+        found = [bug for bug, t in wrong.items() if t == claim.tokens_per_step]
+        if len(found) != 1:
+            raise ValueError(f"claim {claim.name!r}: its token count fits {found or 'no known bug'}")
+        return found[0]
     if not math.isclose(claim.model_flops_per_step, 6 * claim.params * tokens, rel_tol=1e-9):
         return "recompute"
     return "none"
 
 
 def example_claims() -> list[MFUClaim]:
-    """Six MFU claims for the bug hunt (invented example data: one mistake each, or none)."""
+    """Seven MFU claims for the bug hunt (invented example data: one mistake each, or none)."""
     return [
         make_claim("sparse_peak", name="A: 8x H100, bf16", device="H100 SXM", step_time_s=0.065),
         make_claim("one_device", name="B: 2x A100, bf16", num_devices=2, step_time_s=0.192),
@@ -294,9 +333,43 @@ def example_claims() -> list[MFUClaim]:
         make_claim("max_seq_len", name="D: 8x A100, seq 1024 in a 2048 context", step_time_s=0.219),
         make_claim("grad_accum", name="E: 8x L4, 350M params, accumulation 16", device="L4",
                    grad_accum_steps=16, params=350_000_000, step_time_s=6.893),
-        make_claim("recompute", name="F: 8x H100, activation checkpointing", device="H100 SXM",
+        make_claim("mp_tokens", name="F: 16x H100, 7B, tensor parallel 2", device="H100 SXM",
+                   params=7_000_000_000, num_devices=16, model_parallel=2, micro_batch_size=4,
+                   seq_len=4096, max_seq_len=4096, grad_accum_steps=8, step_time_s=7.9),
+        make_claim("recompute", name="G: 8x H100, activation checkpointing", device="H100 SXM",
                    activation_checkpointing=True, step_time_s=0.071),
     ]
+
+
+# --------------------------------------------------------------------------- published figures
+
+@dataclass(frozen=True)
+class PublishedMFU:
+    """An MFU that a paper reports for a large training run."""
+
+    run: str
+    mfu_low: float
+    mfu_high: float
+    source: str
+
+    def __str__(self) -> str:
+        value = (f"{self.mfu_low:.1%}" if self.mfu_low == self.mfu_high
+                 else f"{self.mfu_low:.0%}–{self.mfu_high:.0%}")
+        return f"{self.run}: MFU {value} ({self.source})"
+
+
+#: MFU of large dense training runs as their papers report it.
+PUBLISHED_MFU = (
+    PublishedMFU("GPT-3 175B", 0.213, 0.213,
+                 "as computed in the PaLM paper, Chowdhery et al. 2022, Table 3"),
+    PublishedMFU("Gopher 280B", 0.325, 0.325,
+                 "as computed in the PaLM paper, Chowdhery et al. 2022, Table 3"),
+    PublishedMFU("Megatron-Turing NLG 530B", 0.302, 0.302,
+                 "as computed in the PaLM paper, Chowdhery et al. 2022, Table 3"),
+    PublishedMFU("PaLM 540B", 0.462, 0.462, "Chowdhery et al. 2022, Table 3"),
+    PublishedMFU("Llama 3 405B, bf16, 8,192 to 16,384 H100 GPUs", 0.38, 0.43,
+                 "Llama 3 Herd of Models, Dubey et al. 2024, Table 4"),
+)
 
 
 # --------------------------------------------------------------------------- peaks and reports
@@ -331,17 +404,18 @@ def device_peak(device: str | torch.device = "auto", dtype: str = "fp32", quick:
         return Peak(spec.peak(key), key, "datasheet", f"{spec.name}: {spec.source}")
     measured = hardware.measure_device(dev, dtypes=[key], quick=quick)
     run = measured.gemm_runs[key]
-    # A peak is a best case: the fastest timed run, since other processes only ever slow a run down.
-    best = 2 * measured.gemm_n**3 / run.min
-    return Peak(best, key, "measured",
+    # A peak is a best case: measure_device keeps the fastest timed run, since other processes
+    # only ever slow a run down.
+    median = 2 * measured.gemm_n**3 / run.median
+    return Peak(measured.gemm_flops[key], key, "measured",
                 f"fastest of {len(run.samples)} timed {measured.gemm_n}³ GEMMs on {measured.name} "
-                f"(median {measured.gemm_flops[key] / 1e12:.4g} TFLOP/s, spread {run.spread:.0%})",
+                f"(median {median / 1e12:.4g} TFLOP/s, spread {run.spread:.0%})",
                 run.spread)
 
 
 @dataclass
 class MFUReport:
-    """Seed 001's report template, filled in from numbers."""
+    """A short performance report (experiment, hardware, config, throughput, MFU), from numbers."""
 
     experiment: str
     hardware: str
@@ -390,8 +464,9 @@ class MFUReport:
         return "\n".join(lines)
 
 
-def seed_report() -> MFUReport:
-    """Seed 001's worked example: GPT 125M, 2x A100 (bf16 dense 312 TFLOP/s), 64 × 1024 tokens, 0.42 s."""
+def example_report() -> MFUReport:
+    """A worked example (invented numbers): GPT 125M, 2x A100 (bf16 dense 312 TFLOP/s),
+    64 × 1024 tokens per step, 0.42 s per step."""
     a100 = hardware.get_device("A100 80GB SXM")
     tokens = tokens_per_step(64, 1024)
     return MFUReport(
@@ -399,7 +474,8 @@ def seed_report() -> MFUReport:
         Peak(a100.peak("bf16"), "bf16", "datasheet", a100.source), 2,
         "layers=12, hidden=768, heads=12, seq=1024, global_batch=64",
         "dp=2, tp=1, pp=1, activation_checkpoint=off", 0.42, tokens,
-        dense_model_flops(125e6, tokens), notes=["model FLOPs = 6·N·tokens (seed 001's rough estimate)"])
+        dense_model_flops(125e6, tokens), notes=["model FLOPs = 6·N·tokens (a rough estimate)",
+                                                 "example numbers, not a measurement"])
 
 
 NOISY = 0.5  # a (max - min) / median spread above this makes a timing worth a warning
@@ -527,8 +603,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--full", action="store_true", help="larger default model and peak GEMM")
     args = parser.parse_args(argv)
     autocast = None if args.autocast == "none" else args.autocast
-    result = measure_training(args.config, args.batch, args.seq, args.device, autocast,
-                              args.warmup, args.iters, quick=not args.full)
+    try:
+        result = measure_training(args.config, args.batch, args.seq, args.device, autocast,
+                                  args.warmup, args.iters, quick=not args.full)
+    except (ValueError, KeyError, TypeError, RuntimeError) as err:  # bad input: one line, no traceback
+        parser.error(str(err.args[0]) if err.args else str(err))
     print(models.describe(result.config))
     print(result.report().format())
     print(f"\ntokens/s {result.tokens_per_second:,.0f} | MFU {result.mfu:.2%} | HFU {result.hfu:.2%} "

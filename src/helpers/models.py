@@ -165,7 +165,7 @@ class TinyGPT(nn.Module):
 
 def build_model(config: str | GPTConfig = "tiny", device: str | torch.device = "cpu",
                 seed: int = 0) -> TinyGPT:
-    """A freshly initialised course model on ``device`` (same seed -> same weights)."""
+    """A freshly initialized course model on ``device`` (same seed -> same weights)."""
     config = get_config(config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

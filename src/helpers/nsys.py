@@ -1,15 +1,17 @@
 """Nsight Systems from Python: build the command lines, read what nsys writes (chapter 3).
 
 - :func:`profile_command`, :func:`stats_command`, :func:`export_command` build the ``nsys``
-  command lines of seed 001 (single process and torchrun, ``--trace`` sets, the cudaProfilerApi
-  capture range, one report per rank) as an argv list plus a shell-quoted string.
+  command lines (single process and torchrun, ``--trace`` sets, the cudaProfilerApi or NVTX
+  capture range, one report per rank, or only some ranks) as an argv list plus a shell string.
 - :func:`read_stats_csv` reads the CSV that ``nsys stats --format csv`` prints (reports
   ``cuda_gpu_kern_sum``, ``cuda_api_sum``, ``cuda_gpu_mem_time_sum``, ``nvtx_sum``, ...): columns
   are matched by name, banner lines before each table are skipped.
 - :func:`read_sqlite` reads an ``nsys export --type sqlite`` database (kernels, NVTX ranges with
   names resolved through ``StringIds``, memcpy, memset, CUDA runtime API) with ``sqlite3``.
-- :func:`top_kernel`, :func:`gpu_time_breakdown`, :func:`dominant_bucket` answer the first
-  questions asked of a stats report.
+- :func:`top_kernel`, :func:`step_buckets`, :func:`dominant_bucket` answer the first questions
+  asked of a stats report; :func:`nvtx_gpu_projection` and :func:`kernels_by_range` show what
+  the GPU did inside each NVTX range (``nsys stats`` reports ``nvtx_gpu_proj_sum`` and
+  ``nvtx_kern_sum``), since an NVTX range itself measures host time.
 
 Nsight Systems is usually not installed (and a CPU cannot be profiled for CUDA work): the
 package ships EXAMPLE outputs in nsys's formats, written by :func:`make_nsys_examples` from a
@@ -33,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-DEFAULT_TRACE = ("cuda", "nvtx", "osrt", "cublas", "cudnn")  # seed 001, single process
+DEFAULT_TRACE = ("cuda", "nvtx", "osrt", "cublas", "cudnn")  # one process
 DEFAULT_REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "nvtx_sum")
 EXAMPLE_NOTE = ("SYNTHETIC EXAMPLE written by helpers.nsys.make_nsys_examples in the layout of "
                 "Nsight Systems output; it is not a real capture")
@@ -53,7 +55,11 @@ class Command:
         return shlex.join(self.argv)
 
     def pretty(self) -> str:
-        """The shell form with one option per line, as the seed writes it."""
+        """The shell form with one option per line (a ``bash -c`` wrapper on lines of its own)."""
+        if self.argv[-3:-1] == ["bash", "-c"] and "'" not in self.argv[-1]:
+            body = self.argv[-1].replace("; then ", "; then\n    ").replace("; else ", "\n  else\n    ")
+            body = body.replace("; fi", "\n  fi")
+            return f"{shlex.join(self.argv[:-1])} '\n  {body}'"
         parts, lines = [shlex.quote(a) for a in self.argv], []
         for part in parts:
             if lines and not part.startswith("-"):
@@ -64,6 +70,14 @@ class Command:
 
     def __str__(self) -> str:
         return self.shell
+
+
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_=,./:%{}+@-]+")
+
+
+def _words(argv: Sequence[str]) -> str:
+    """argv as words for a shell script: quoted only where needed (``%q{RANK}`` stays as is)."""
+    return " ".join(a if _PLAIN_WORD.fullmatch(a) else shlex.quote(a) for a in argv)
 
 
 def nsys_available() -> bool:
@@ -81,35 +95,73 @@ def _trace_option(trace: Iterable[str] | None, multi_rank: bool) -> str:
     return "--trace=" + ",".join(dict.fromkeys(names))
 
 
+def supports_trace(name: str, nsys: str = "nsys") -> bool | None:
+    """Whether this machine's ``nsys profile --help`` lists ``name`` among the ``--trace``
+    values (``nccl`` is missing from older Nsight Systems releases); None without nsys."""
+    if shutil.which(nsys) is None:
+        return None
+    done = subprocess.run([nsys, "profile", "--help"], capture_output=True, text=True, timeout=60)
+    text = done.stdout + done.stderr
+    section = text[text.find("--trace"):][:2000] if "--trace" in text else text
+    return re.search(rf"\b{re.escape(name)}\b", section) is not None
+
+
 def profile_command(script: str, *script_args: str, output: str = "trace_step",
                     nproc_per_node: int = 1, per_rank: bool = True,
-                    capture_range: str | None = "cudaProfilerApi",
+                    capture_range: str | None = "cudaProfilerApi", nvtx_capture: str | None = None,
                     trace: Iterable[str] | None = None, python: str = "python",
-                    sample: str = "none") -> Command:
-    """``nsys profile`` for ``python script args`` (seed 001).
+                    sample: str = "none", ranks: Sequence[int] | None = None) -> Command:
+    """``nsys profile`` for ``python script args``.
 
     - ``nproc_per_node=1``: ``nsys profile <options> python script``.
     - ``nproc_per_node>1`` and ``per_rank=True``: torchrun starts one ``nsys profile`` per rank
       (``torchrun --no-python nsys profile ...``), each writing ``<output>_rank%q{RANK}`` — nsys
       fills in ``%q{RANK}`` from the rank's own environment, so every rank gets its own report.
+    - ``ranks=(0, 5)``: profile only those ranks (rank 0 and a slow one, say); the others run
+      ``python script`` without nsys, through a small ``bash -c`` wrapper that reads ``$RANK``.
     - ``per_rank=False``: nsys wraps torchrun and follows its child processes into ONE report
       (``%q{RANK}`` would not help there: RANK is set only in the processes torchrun starts).
-    - ``trace``: default ``cuda,nvtx,osrt,cublas,cudnn``, plus ``nccl`` with several ranks.
-    - ``capture_range="cudaProfilerApi"``: capture only between cudaProfilerStart and Stop
-      (``--capture-range-end=stop``); ``None`` captures the whole run.
+    - ``trace``: default ``cuda,nvtx,osrt,cublas,cudnn``, plus ``nccl`` with several ranks
+      (older Nsight Systems releases do not know ``nccl``: see :func:`supports_trace`).
+    - ``capture_range="cudaProfilerApi"``: capture only between cudaProfilerStart and Stop;
+      ``"nvtx"``: capture only inside the NVTX range named ``nvtx_capture`` (``--nvtx-capture``;
+      the range's name is an unregistered string, so ``NSYS_NVTX_PROFILER_REGISTER_ONLY=0``);
+      both with ``--capture-range-end=stop``. ``None`` captures the whole run.
     """
-    if nproc_per_node < 1:
-        raise ValueError(f"nproc_per_node={nproc_per_node}: need at least 1 process.")
+    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
+        raise ValueError(f"nproc_per_node={nproc_per_node!r}: need a whole number of processes >= 1.")
     if not output or any(ch.isspace() for ch in output):
         raise ValueError(f"output={output!r}: give a report name without spaces, e.g. 'trace_step'.")
     multi = nproc_per_node > 1
     options = [_trace_option(trace, multi), f"--sample={sample}"]
+    if nvtx_capture is not None and capture_range != "nvtx":
+        raise ValueError("nvtx_capture is used only with capture_range='nvtx'.")
     if capture_range is not None:
         if capture_range not in ("cudaProfilerApi", "nvtx"):
             raise ValueError(f"capture_range={capture_range!r}: use 'cudaProfilerApi', 'nvtx' or None.")
-        options += [f"--capture-range={capture_range}", "--capture-range-end=stop"]
+        options.append(f"--capture-range={capture_range}")
+        if capture_range == "nvtx":
+            if not nvtx_capture or any(ch.isspace() for ch in nvtx_capture):
+                raise ValueError("capture_range='nvtx' needs nvtx_capture='<range name>' (e.g. 'step'), "
+                                 "the NVTX range whose start and end bound the capture.")
+            options += [f"--nvtx-capture={nvtx_capture}",
+                        "--env-var=NSYS_NVTX_PROFILER_REGISTER_ONLY=0"]
+        options.append("--capture-range-end=stop")
     options.append("--force-overwrite=true")
     program = [python, script, *script_args]
+    if ranks is not None:
+        if not multi or not per_rank:
+            raise ValueError("ranks=... picks ranks of a torchrun job: give nproc_per_node > 1 "
+                             "and per_rank=True.")
+        chosen = sorted(set(ranks))
+        if not chosen or any(isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < nproc_per_node
+                             for r in chosen):
+            raise ValueError(f"ranks={ranks!r}: give ranks between 0 and {nproc_per_node - 1}.")
+        test = " || ".join(f'[ "$RANK" = {r} ]' for r in chosen)
+        nsys_part = _words(["nsys", "profile", *options, f"--output={output}_rank%q{{RANK}}", *program])
+        wrapper = f"if {test}; then exec {nsys_part}; else exec {_words(program)}; fi"
+        return Command(["torchrun", f"--nproc_per_node={nproc_per_node}", "--no-python",
+                        "bash", "-c", wrapper])
     if multi and per_rank:
         options.append(f"--output={output}_rank%q{{RANK}}")
         argv = ["torchrun", f"--nproc_per_node={nproc_per_node}", "--no-python",
@@ -145,12 +197,40 @@ def export_command(report: str, output: str | None = None) -> Command:
                     f"--output={out}", str(report)])
 
 
+# Short nsys options and the long ones they stand for (nsys takes a short option's value after a space).
+_SHORT_OPTIONS = {"-t": "--trace", "-s": "--sample", "-o": "--output", "-f": "--force-overwrite",
+                  "-c": "--capture-range", "-p": "--nvtx-capture", "-e": "--env-var", "-x": "--stop-on-exit",
+                  "-w": "--show-output", "-y": "--delay", "-d": "--duration"}
+# torchrun options that take a value (``--nproc_per_node 8`` or ``--nproc_per_node=8``)
+_TORCHRUN_VALUED = {"--nproc_per_node", "--nproc-per-node", "--nnodes", "--node_rank", "--node-rank",
+                    "--master_addr", "--master-addr", "--master_port", "--master-port", "--rdzv_endpoint",
+                    "--rdzv-endpoint", "--rdzv_backend", "--rdzv-backend", "--rdzv_id", "--rdzv-id",
+                    "--max_restarts", "--max-restarts", "--log_dir", "--log-dir", "--role"}
+
+
+def _torchrun_options(argv: list[str], i: int, out: dict[str, Any]) -> int:
+    """Read torchrun's options from argv[i]; returns the index of the first non-option."""
+    while i < len(argv) and argv[i].startswith("-"):
+        key, eq, value = argv[i].partition("=")
+        if key in _TORCHRUN_VALUED and not eq:
+            value, i = (argv[i + 1] if i + 1 < len(argv) else ""), i + 1
+        if key in ("--nproc_per_node", "--nproc-per-node"):
+            try:
+                out["nproc_per_node"] = int(value)
+            except ValueError:
+                raise ValueError(f"torchrun --nproc_per_node needs a number, got {value!r}") from None
+        i += 1
+    return i
+
+
 def parse_profile_command(argv: Sequence[str]) -> dict[str, Any]:
     """Split an ``nsys profile`` command line into its parts, so two can be compared.
 
     Returns ``launcher`` ("torchrun" when torchrun starts nsys, "nsys" otherwise),
-    ``nproc_per_node`` (or None), ``options`` (dict; ``--trace`` as a frozenset), ``program``
-    (what nsys runs) and ``wraps_torchrun``.
+    ``nproc_per_node`` (or None), ``options`` (dict by long option name; ``--trace`` as a
+    frozenset), ``program`` (what nsys runs) and ``wraps_torchrun``. Equivalent spellings
+    parse the same: ``-t cuda,nvtx`` and ``--trace=cuda,nvtx``; ``--nproc_per_node 8``,
+    ``--nproc_per_node=8`` and ``--nproc-per-node=8``.
     """
     argv = [str(a) for a in argv]
     if not argv:
@@ -158,27 +238,24 @@ def parse_profile_command(argv: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"launcher": argv[0], "nproc_per_node": None, "wraps_torchrun": False}
     i = 0
     if argv[0] == "torchrun":
-        i = 1
-        while i < len(argv) and argv[i].startswith("-"):
-            if argv[i].startswith("--nproc_per_node=") or argv[i].startswith("--nproc-per-node="):
-                out["nproc_per_node"] = int(argv[i].split("=", 1)[1])
-            i += 1
+        i = _torchrun_options(argv, 1, out)
     if argv[i:i + 2] != ["nsys", "profile"]:
         raise ValueError(f"Not an nsys profile command: {shlex.join(argv)!r}")
     i += 2
     options: dict[str, Any] = {}
     while i < len(argv) and argv[i].startswith("-"):
-        key, _, value = argv[i].partition("=")
-        if not _:  # "--opt value" form
+        key, eq, value = argv[i].partition("=")
+        key = _SHORT_OPTIONS.get(key, key)
+        if not eq:  # "--opt value" / "-t value" form
+            if i + 1 >= len(argv):
+                raise ValueError(f"nsys option {argv[i]} has no value.")
             value, i = argv[i + 1], i + 1
-        options[key] = frozenset(value.split(",")) if key in ("--trace", "-t") else value
+        options[key] = frozenset(value.split(",")) if key == "--trace" else value
         i += 1
     out["options"], out["program"] = options, argv[i:]
     if out["program"][:1] == ["torchrun"]:
         out["wraps_torchrun"] = True
-        for arg in out["program"]:
-            if arg.startswith("--nproc_per_node=") or arg.startswith("--nproc-per-node="):
-                out["nproc_per_node"] = int(arg.split("=", 1)[1])
+        _torchrun_options(out["program"], 1, out)
     return out
 
 
@@ -415,6 +492,8 @@ def read_stats_csv(path: str | Path) -> dict[str, Table]:
 
 # =========================================================================== nsys export sqlite
 
+MEMORY_KINDS = {0: "unknown", 1: "pageable", 2: "pinned", 3: "device", 4: "array", 5: "managed",
+                6: "device static", 7: "managed static"}  # CUpti_ActivityMemoryKind (srcKind, dstKind)
 MEMCPY_KINDS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
                 4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
                 8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer"}  # CUPTI_ActivityMemcpyKind
@@ -544,16 +623,22 @@ def _nvtx(con, present, name, source, meta) -> Table:
 
 
 def _memcpy(con, present, source, meta) -> Table:
-    keys = ["start", "end", "duration_ns", "bytes", "kind", "stream", "correlation_id"]
+    keys = ["start", "end", "duration_ns", "bytes", "kind", "src_kind", "dst_kind", "stream",
+            "correlation_id"]
     table = "CUPTI_ACTIVITY_KIND_MEMCPY"
     if table not in present:
         return Table("memcpy", {k: [] for k in keys}, {**meta, "absent": table})
     _need(con, table, ["start", "end", "bytes", "copyKind", "streamId", "correlationId"], source)
-    rows = con.execute(f"SELECT start, end, bytes, copyKind, streamId, correlationId FROM {table} "
-                       "ORDER BY start").fetchall()
+    have = _columns_of(con, table)
+    src = "srcKind" if "srcKind" in have else "NULL"
+    dst = "dstKind" if "dstKind" in have else "NULL"
+    rows = con.execute(f"SELECT start, end, bytes, copyKind, streamId, correlationId, {src}, {dst} "
+                       f"FROM {table} ORDER BY start").fetchall()
+    memory = lambda k: "" if k is None else MEMORY_KINDS.get(k, f"kind {k}")  # noqa: E731
     cols = {"start": [r[0] for r in rows], "end": [r[1] for r in rows],
             "duration_ns": [r[1] - r[0] for r in rows], "bytes": [r[2] for r in rows],
             "kind": [MEMCPY_KINDS.get(r[3], f"kind {r[3]}") for r in rows],
+            "src_kind": [memory(r[6]) for r in rows], "dst_kind": [memory(r[7]) for r in rows],
             "stream": [r[4] for r in rows], "correlation_id": [r[5] for r in rows]}
     return Table("memcpy", cols, meta)
 
@@ -561,10 +646,11 @@ def _memcpy(con, present, source, meta) -> Table:
 def _memset(con, source, meta) -> Table:
     table = "CUPTI_ACTIVITY_KIND_MEMSET"
     _need(con, table, ["start", "end", "bytes", "streamId"], source)
-    rows = con.execute(f"SELECT start, end, bytes, streamId FROM {table} ORDER BY start").fetchall()
+    corr = "correlationId" if "correlationId" in _columns_of(con, table) else "NULL"
+    rows = con.execute(f"SELECT start, end, bytes, streamId, {corr} FROM {table} ORDER BY start").fetchall()
     return Table("memset", {"start": [r[0] for r in rows], "end": [r[1] for r in rows],
                             "duration_ns": [r[1] - r[0] for r in rows], "bytes": [r[2] for r in rows],
-                            "stream": [r[3] for r in rows]}, meta)
+                            "stream": [r[3] for r in rows], "correlation_id": [r[4] for r in rows]}, meta)
 
 
 def _runtime(con, present, name, source, meta) -> Table:
@@ -609,7 +695,8 @@ def summarize(events: Table, by: str = "name", report: str = "summary") -> Table
 # =========================================================================== first questions
 
 GEMM_ATTENTION_KEYWORDS = ("gemm", "flash", "attention", "fmha")
-BUCKETS = ("gemm/attention", "memcpy", "cuda api")
+#: What can dominate a step's GPU time, as :func:`dominant_bucket` names it.
+BUCKETS = ("gemm/attention", "other kernels", "memcpy", "gpu idle")
 
 
 def is_gemm_or_attention(kernel_name: str) -> bool:
@@ -629,31 +716,109 @@ def top_kernel(kern: Table, mem: Table | None = None) -> tuple[str, float]:
     return str(kern["name"][i]), float(totals[i] / gpu)
 
 
-def gpu_time_breakdown(kern: Table, mem: Table, api: Table) -> dict[str, float]:
-    """Nanoseconds per bucket from the three stats tables.
+def _range_total(nvtx: Table, name: str) -> float:
+    names = [str(n) for n in nvtx["name"]]
+    if name not in names:
+        raise ValueError(f"The nvtx_sum table has no {name!r} range (it has {names}); annotate each "
+                         "training step with an NVTX range named 'step'.")
+    return float(nvtx["total_ns"][names.index(name)])
 
-    ``gemm/attention``: kernels matching :data:`GEMM_ATTENTION_KEYWORDS`; ``other kernels``;
-    ``memcpy``: memory operations whose name contains "memcpy"; ``memset``; ``cuda api``: host
-    time in CUDA API calls except ``*Synchronize*`` ones, which only wait for the GPU
-    (``sync wait``, reported apart).
+
+def step_buckets(kern: Table, mem: Table, nvtx: Table, step_range: str = "step") -> dict[str, float]:
+    """Nanoseconds of the captured steps per bucket, from three ``nsys stats`` reports.
+
+    ``gemm/attention``: kernels matching :data:`GEMM_ATTENTION_KEYWORDS`; ``other kernels``:
+    every other kernel (element-wise, norms, reductions, optimizer); ``memcpy`` and ``memset``:
+    memory operations (``cuda_gpu_mem_time_sum``); ``gpu idle``: the steps' time (the
+    ``step`` row of ``nvtx_sum``) minus all kernel and memory-operation time — the time the GPU
+    waited, the sign of host overhead. It assumes one stream: nothing on the GPU overlaps.
     """
     names = [str(n) for n in kern["name"]]
     k_tot = np.asarray(kern["total_ns"], dtype=float)
     gemm = float(sum(t for n, t in zip(names, k_tot, strict=True) if is_gemm_or_attention(n)))
     m_names = [str(n).lower() for n in mem["name"]] if len(mem) else []
     m_tot = np.asarray(mem["total_ns"], dtype=float) if len(mem) else np.zeros(0)
-    a_names = [str(n) for n in api["name"]] if len(api) else []
-    a_tot = np.asarray(api["total_ns"], dtype=float) if len(api) else np.zeros(0)
-    sync = float(sum(t for n, t in zip(a_names, a_tot, strict=True) if "synchronize" in n.lower()))
+    busy = float(k_tot.sum()) + float(m_tot.sum())
     return {"gemm/attention": gemm, "other kernels": float(k_tot.sum()) - gemm,
             "memcpy": float(sum(t for n, t in zip(m_names, m_tot, strict=True) if "memcpy" in n)),
             "memset": float(sum(t for n, t in zip(m_names, m_tot, strict=True) if "memset" in n)),
-            "cuda api": float(a_tot.sum()) - sync, "sync wait": sync}
+            "gpu idle": max(0.0, _range_total(nvtx, step_range) - busy)}
 
 
-def dominant_bucket(breakdown: dict[str, float]) -> str:
-    """The largest of "gemm/attention", "memcpy" and "cuda api" in a :func:`gpu_time_breakdown`."""
-    return max(BUCKETS, key=lambda b: breakdown[b])
+def api_time(api: Table) -> dict[str, float]:
+    """Host nanoseconds in CUDA API calls (``cuda_api_sum``): ``cuda api`` for the calls that
+    do work (launches, copies) and ``sync wait`` for ``*Synchronize*`` calls, which only wait
+    for the GPU."""
+    names = [str(n) for n in api["name"]] if len(api) else []
+    totals = np.asarray(api["total_ns"], dtype=float) if len(api) else np.zeros(0)
+    sync = float(sum(t for n, t in zip(names, totals, strict=True) if "synchronize" in n.lower()))
+    return {"cuda api": float(totals.sum()) - sync, "sync wait": sync}
+
+
+def dominant_bucket(buckets: dict[str, float]) -> str:
+    """The largest of :data:`BUCKETS` in a :func:`step_buckets` result."""
+    return max(BUCKETS, key=lambda b: buckets[b])
+
+
+def _gpu_events(db: dict[str, Table]) -> list[tuple[int, int, int, str]]:
+    """(correlation id, start, end, name) of every kernel, copy and memset in a database."""
+    events = [(int(c), int(s), int(e), str(n)) for c, s, e, n in zip(
+        db["kernels"]["correlation_id"], db["kernels"]["start"], db["kernels"]["end"],
+        db["kernels"]["short_name"], strict=True)]
+    for kind in ("memcpy", "memset"):
+        table = db.get(kind)
+        if table is not None and len(table) and "correlation_id" in table:
+            events += [(int(c), int(s), int(e), f"[{kind}]") for c, s, e in zip(
+                table["correlation_id"], table["start"], table["end"], strict=True)]
+    return events
+
+
+def _launched_in(db: dict[str, Table]) -> list[tuple[str, int, int, list[tuple[int, int, str]]]]:
+    """For each NVTX range: (name, start, end, GPU events launched by CUDA calls inside it)."""
+    by_corr: dict[int, list[tuple[int, int, str]]] = {}
+    for corr, start, end, name in _gpu_events(db):
+        by_corr.setdefault(corr, []).append((start, end, name))
+    rt, nv = db["runtime"], db["nvtx"]
+    calls = sorted(zip(rt["start"], rt["thread"], rt["correlation_id"], strict=True))
+    starts = np.asarray([c[0] for c in calls], dtype=np.int64)
+    out = []
+    for name, start, end, thread in zip(nv["name"], nv["start"], nv["end"], nv["thread"], strict=True):
+        lo, hi = np.searchsorted(starts, start, "left"), np.searchsorted(starts, end, "left")
+        launched = [ev for c in calls[lo:hi] if c[1] == thread for ev in by_corr.get(int(c[2]), [])]
+        out.append((str(name), int(start), int(end), launched))
+    return out
+
+
+def nvtx_gpu_projection(db: dict[str, Table]) -> Table:
+    """What ``nsys stats --report nvtx_gpu_proj_sum`` shows: each NVTX range projected onto the
+    GPU. An NVTX range opens and closes on the HOST; the GPU runs the work launched inside it
+    later. Per range name: ``count``, ``range_ns`` (host time, as ``nvtx_sum``), ``proj_ns``
+    (from the start of the first GPU operation launched inside the range to the end of the last),
+    ``gpu_ops`` (their number), summed over the instances. Ranges that launched nothing are left out."""
+    rows: dict[str, dict[str, Any]] = {}
+    for name, start, end, launched in _launched_in(db):
+        if not launched:
+            continue
+        row = rows.setdefault(name, {"name": name, "count": 0, "range_ns": 0.0, "proj_ns": 0.0, "gpu_ops": 0})
+        row["count"] += 1
+        row["range_ns"] += end - start
+        row["proj_ns"] += max(e for _, e, _ in launched) - min(s for s, _, _ in launched)
+        row["gpu_ops"] += len(launched)
+    ordered = sorted(rows.values(), key=lambda r: -r["proj_ns"])
+    return Table.from_rows("nvtx_gpu_proj_sum", ordered, ["name", "count", "range_ns", "proj_ns", "gpu_ops"],
+                           db["nvtx"].meta)
+
+
+def kernels_by_range(db: dict[str, Table], range_name: str) -> Table:
+    """Kernels launched inside NVTX ranges named ``range_name``, summarized like
+    ``cuda_gpu_kern_sum`` (what ``nsys stats --report nvtx_kern_sum`` shows per range)."""
+    found = [ev for name, _, _, launched in _launched_in(db) if name == range_name
+             for ev in launched if not ev[2].startswith("[")]
+    if not found and range_name not in set(map(str, db["nvtx"]["name"])):
+        raise ValueError(f"No NVTX range named {range_name!r} in this database.")
+    events = Table("kernels", {"name": [n for _, _, n in found],
+                               "duration_ns": [e - s for s, e, _ in found]}, db["kernels"].meta)
+    return summarize(events, report=f"kernels in {range_name!r} ranges")
 
 
 def plot_step(db: dict[str, Table], step: int = 0, ax: Any = None) -> Any:

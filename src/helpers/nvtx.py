@@ -9,7 +9,8 @@ package from PyPI, or to no NVTX at all, and never fails.
 Steady-state capture: :func:`steady_state_schedule` (a ``torch.profiler.schedule`` that skips
 the warm-up steps and records 3-5 steps) and :class:`CudaProfilerRange` (calls
 ``cudaProfilerStart``/``Stop`` around the same steps, for ``nsys --capture-range=cudaProfilerApi``).
-Source: seed 001 (NVTX, "only capture 3-5 steady-state steps"), seed 004 (profiler schedule).
+The recorders here hide the profiler's native ``USDT ... profiler_start`` notices
+(:mod:`helpers._quiet`), so notebook cells that profile write nothing to stderr.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import Any
 
 import torch
 from torch.profiler import ProfilerAction, record_function
+
+from ._quiet import profiler_notices_hidden
 
 STEP_RANGES = ("step", "dataloader", "forward", "backward", "optimizer")
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
@@ -70,7 +73,7 @@ def nvtx_backend() -> str:
 
 
 def try_torch_nvtx(name: str = "probe") -> str:
-    """Call ``torch.cuda.nvtx.range_push/pop`` as the seed does and say what happened (one line)."""
+    """Call ``torch.cuda.nvtx.range_push/pop`` directly and say what happened (one line)."""
     try:
         torch.cuda.nvtx.range_push(name)
         torch.cuda.nvtx.range_pop()
@@ -176,10 +179,24 @@ def record_cpu_trace(fn: Callable[[], Any], path: str | Path | None = None) -> P
     from torch.profiler import ProfilerActivity, profile
 
     target = Path(path) if path else Path(tempfile.mkdtemp(prefix="trainperf-nvtx-")) / "trace.json"
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    prof.export_chrome_trace(str(target))
+    with profiler_notices_hidden():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+        prof.export_chrome_trace(str(target))
     return target
+
+
+def top_operators(fn: Callable[[], Any], row_limit: int = 8, sort_by: str = "self_cpu_time_total") -> str:
+    """Run ``fn()`` under ``torch.profiler`` (CPU activity, plus CUDA on a GPU) and return
+    ``prof.key_averages().table(...)``: the operators that took the most time, with their call
+    counts. ``self`` time leaves out the operators an operator called."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profiler_notices_hidden():
+        with profile(activities=activities) as prof:
+            fn()
+    return prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
 
 
 def record_training_trace(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -197,11 +214,12 @@ def record_training_trace(model: torch.nn.Module, optimizer: torch.optim.Optimiz
         prof.export_chrome_trace(str(target))
         written.append(target)
 
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule,
-                 on_trace_ready=save if schedule else None) as prof:
-        annotated_training_loop(model, optimizer, batches, n_steps, on_step_end=lambda _: prof.step())
-    if schedule is None:
-        save(prof)
+    with profiler_notices_hidden():
+        with profile(activities=[ProfilerActivity.CPU], schedule=schedule,
+                     on_trace_ready=save if schedule else None) as prof:
+            annotated_training_loop(model, optimizer, batches, n_steps, on_step_end=lambda _: prof.step())
+        if schedule is None:
+            save(prof)
     if not written:
         raise RuntimeError(f"The schedule recorded nothing in {n_steps} steps; run more steps.")
     return target
@@ -333,10 +351,11 @@ def steady_state_kwargs(first_recorded_step: int, active: int = 5, warmup: int =
     """``torch.profiler.schedule`` arguments that record steps ``first .. first+active-1`` once.
 
     The profiler skips ``first - warmup`` steps, warms up (traces but discards) ``warmup`` steps,
-    records ``active`` steps, and stops (``repeat=1``). Seed 001: capture 3-5 steady-state steps.
+    records ``active`` steps, and stops (``repeat=1``). Capture 3-5 steady-state steps: a longer
+    trace is larger and harder to read, not more informative.
     """
     if not 3 <= active <= 5:
-        raise ValueError(f"active={active}: record 3-5 steady-state steps (seed 001); "
+        raise ValueError(f"active={active}: record 3-5 steady-state steps; "
                          "for another window build torch.profiler.schedule yourself.")
     if warmup < 1:
         raise ValueError(f"warmup={warmup}: give the profiler at least 1 warm-up step, "
@@ -423,11 +442,14 @@ def _demo_main(argv: Sequence[str] | None = None) -> None:
     """``python -m helpers.nvtx --steps 20 --first 10 --last 14``: the loop nsys captures."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=_demo_main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m helpers.nvtx", description=_demo_main.__doc__)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--first", type=int, default=10)
     parser.add_argument("--last", type=int, default=14)
     args = parser.parse_args(argv)
+    if not 0 <= args.first <= args.last < args.steps:
+        parser.error(f"need 0 <= --first <= --last < --steps, got first={args.first}, "
+                     f"last={args.last}, steps={args.steps}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, optimizer, batches = demo_setup(device, width=512, n_batches=args.steps, batch_size=256)
     window = CudaProfilerRange(args.first, args.last)

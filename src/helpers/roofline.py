@@ -1,6 +1,7 @@
 """Chapter 1 — the roofline model of one GEMM, ``A (M×K) · W (K×N) = Y (M×N)``.
 
-Formulas (seed 000 §01, NVIDIA's *Matrix Multiplication Background* guide):
+Formulas (NVIDIA's *Matrix Multiplication Background User's Guide*; Williams, Waterman and
+Patterson, "Roofline: an insightful visual performance model", CACM 2009):
 
 * work             F     = 2·M·K·N              (one FMA = 2 FLOPs)
 * minimum traffic  Q_min = b·(M·K + K·N + M·N)  (each operand read or written once)
@@ -21,19 +22,21 @@ from typing import Any
 import torch
 
 from . import hardware
+from ._validate import count as _count
 from ._validate import positive as _positive
 from .bench import measure, resolve_device
 
 
 def gemm_flops(M: int, K: int, N: int) -> int:
-    """FLOPs of ``(M×K)·(K×N)``: 2·M·K·N."""
-    _positive(M=M, K=K, N=N)
+    """FLOPs of ``(M×K)·(K×N)``: 2·M·K·N. M, K and N are matrix sizes: positive integers."""
+    _count(M=M, K=K, N=N)
     return 2 * M * K * N
 
 
 def gemm_bytes(M: int, K: int, N: int, bytes_per_element: float) -> float:
     """Minimum bytes moved: b·(MK + KN + MN) — read A and W once, write Y once."""
-    _positive(M=M, K=K, N=N, bytes_per_element=bytes_per_element)
+    _count(M=M, K=K, N=N)
+    _positive(bytes_per_element=bytes_per_element)
     return bytes_per_element * (M * K + K * N + M * N)
 
 
@@ -93,7 +96,7 @@ def critical_m(K: int, N: int, bytes_per_element: float, peak_flops: float,
 
 @dataclass(frozen=True)
 class CostRow:
-    """One row of the seed's cost-model table."""
+    """One row of the cost-model table (fixed weights, growing M)."""
 
     M: int
     K: int
@@ -122,8 +125,24 @@ def cost_row(M: int, K: int, N: int, bytes_per_element: float, peak_flops: float
 
 def cost_table(Ms: Sequence[int], K: int = 4096, N: int = 4096, bytes_per_element: float = 2,
                peak_flops: float = 989.5e12, bandwidth: float = 3.35e12) -> list[CostRow]:
-    """The seed's table: fixed weight K×N, growing M. Defaults: H100 SXM, bf16."""
+    """The cost-model table: fixed weight K×N, growing M. Defaults: H100 SXM, bf16."""
     return [cost_row(m, K, N, bytes_per_element, peak_flops, bandwidth) for m in Ms]
+
+
+def option_time(device: str, dtype: str, M: int, K: int, N: int) -> float:
+    """Ideal time (s) of ``(M×K)·(K×N)`` on a table device in ``dtype``: its dense peak for that
+    dtype, its bandwidth, and the dtype's width as the bytes per element."""
+    spec = hardware.get_device(device)
+    f, q = gemm_flops(M, K, N), gemm_bytes(M, K, N, hardware.bytes_per_element(dtype))
+    return ideal_time(f, q, spec.peak(dtype), spec.memory_bandwidth)
+
+
+def fastest(options: Sequence[tuple[str, str]], M: int, K: int, N: int) -> int:
+    """Index of the (device, dtype) option with the smallest ideal time; the first on a tie."""
+    if not options:
+        raise ValueError("fastest() needs at least one (device, dtype) option")
+    times = [option_time(device, dtype, M, K, N) for device, dtype in options]
+    return min(range(len(times)), key=times.__getitem__)
 
 
 def format_table(rows: Sequence[CostRow]) -> str:
@@ -142,7 +161,11 @@ def format_table(rows: Sequence[CostRow]) -> str:
 def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple] = (),
                   ax: Any = None, title: str = "", label: str = "roofline",
                   intensity_range: tuple[float, float] = (0.1, 1e4)) -> Any:
-    """Draw a log-log roofline and optional points ``(intensity, flop_per_s, label)``."""
+    """Draw a log-log roofline and optional points ``(intensity, flop_per_s, label)``.
+
+    Points are named in a legend rather than next to the marker, so labels of points that sit
+    close together (all on the flat roof, say) never overlap.
+    """
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -156,21 +179,26 @@ def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple] =
     ax.axvline(ridge, color="grey", ls=":", lw=1)
     ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, peak_flops / 1e12), textcoords="offset points",
                 xytext=(4, -14), fontsize=8, color="grey")
-    for point in points:
+    markers = "osD^vP*Xh"
+    for i, point in enumerate(points):
         x, y, text = point[0], point[1], point[2] if len(point) > 2 else ""
-        ax.loglog([x], [y / 1e12], "o", ms=7)
-        if text:
-            ax.annotate(text, (x, y / 1e12), textcoords="offset points", xytext=(6, 4), fontsize=8)
+        ax.loglog([x], [y / 1e12], markers[i % len(markers)], ms=7, label=text or None)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("attainable TFLOP/s")
     ax.set_title(title or "Roofline")
     ax.grid(True, which="both", alpha=0.3)
+    if any(len(p) > 2 and p[2] for p in points):
+        ax.legend(fontsize=8, loc="lower right")
     return ax
 
 
 @dataclass
 class GemmPoint:
-    """A measured GEMM placed on the roofline."""
+    """A measured GEMM placed on the roofline.
+
+    ``achieved_flops`` comes from the FASTEST timed run (the same best-case rule as the
+    measured roofs); ``median_s`` and ``spread`` say how much the runs varied.
+    """
 
     M: int
     K: int
@@ -180,11 +208,12 @@ class GemmPoint:
     achieved_flops: float
     median_s: float
     spread: float
+    best_s: float = 0.0
 
 
 def measure_gemms(shapes: Sequence[tuple[int, int, int]], dtype: str = "fp32",
                   device: str = "auto", iters: int = 5) -> list[GemmPoint]:
-    """Time ``A(M×K) @ W(K×N)`` for each shape and return achieved FLOP/s (median)."""
+    """Time ``A(M×K) @ W(K×N)`` for each shape; achieved FLOP/s of the fastest timed run."""
     dev = resolve_device(device)
     key = hardware.dtype_key(dtype)
     b = hardware.bytes_per_element(key)
@@ -195,8 +224,68 @@ def measure_gemms(shapes: Sequence[tuple[int, int, int]], dtype: str = "fp32",
         run = measure(lambda a=a, w=w: a @ w, warmup=2, iters=iters, device=dev)
         f = gemm_flops(M, K, N)
         points.append(GemmPoint(M, K, N, key, intensity(f, gemm_bytes(M, K, N, b)),
-                                f / run.median, run.median, run.spread))
+                                f / run.min, run.median, run.spread, run.min))
     return points
+
+
+def placement(point: GemmPoint, peak_flops: float, bandwidth: float,
+              noisy: float = hardware.NOISY) -> list[str]:
+    """What to say about a measured point: above a roof (which one, and why that can happen)
+    or a timing that spread widely. Empty when the point sits under its roof as expected."""
+    notes = []
+    roof = attainable(point.intensity, peak_flops, bandwidth)
+    share = point.achieved_flops / roof
+    if share > 1.0:
+        if point.intensity >= ridge_point(peak_flops, bandwidth):
+            notes.append(
+                f"M={point.M} is at {share:.0%} of the FLAT roof: this GEMM ran faster than the "
+                "GEMM that set the measured peak. The peak is only the best run of one shape; "
+                "another shape, or a quieter moment on a shared machine, can do better.")
+        else:
+            notes.append(
+                f"M={point.M} is at {share:.0%} of the SLANTED roof: it moved fewer bytes from "
+                "main memory than Q_min assumes, because its matrices stayed in cache between "
+                "calls (the measured bandwidth is for a buffer far larger than the cache).")
+    if point.spread > noisy:
+        notes.append(f"M={point.M}: its runs spread {point.spread:.0%}; a busy machine, so read "
+                     "this point with care.")
+    return notes
+
+
+# --------------------------------------------------------------------------- training shapes
+
+def training_gemms(M: int, K: int, N: int) -> list[tuple[str, int, int, int]]:
+    """The three GEMMs one ``nn.Linear`` runs per training step, as (name, M, K, N) of
+    ``(M×K)·(K×N)``: forward Y = X·W, grad of the input dX = dY·Wᵀ, grad of the weight
+    dW = Xᵀ·dY. Here M = tokens in the micro-batch (batch × sequence length)."""
+    _count(M=M, K=K, N=N)
+    return [("forward  Y  = X·W", M, K, N), ("backward dX = dY·Wᵀ", M, N, K),
+            ("backward dW = Xᵀ·dY", K, M, N)]
+
+
+@dataclass(frozen=True)
+class ElementwiseOp:
+    """An element-wise operator's work per element, counted one FLOP per add, multiply,
+    compare, exp or tanh, and its bytes per element (read once, write once)."""
+
+    name: str
+    flops_per_element: int
+    tensors_read: int
+    tensors_written: int
+
+    def intensity(self, bytes_per_element: float) -> float:
+        """FLOP per byte at ``bytes_per_element`` bytes per value."""
+        _positive(bytes_per_element=bytes_per_element)
+        return self.flops_per_element / (bytes_per_element * (self.tensors_read + self.tensors_written))
+
+
+#: Common element-wise operators of a transformer layer (FLOPs as counted in the docstring).
+ELEMENTWISE_OPS = (
+    ElementwiseOp("residual add  y = a + b", 1, 2, 1),
+    ElementwiseOp("softmax (max, subtract, exp, sum, divide)", 5, 1, 1),
+    ElementwiseOp("LayerNorm (mean, center, square, variance, scale, gamma, beta)", 7, 1, 1),
+    ElementwiseOp("GELU, tanh form (x³, 2 scales, add, tanh, add 1, ×x, ×0.5)", 9, 1, 1),
+)
 
 
 def presets() -> dict[str, tuple[float, float, int]]:
@@ -210,11 +299,23 @@ def presets() -> dict[str, tuple[float, float, int]]:
     return out
 
 
+_LOG_STEP = 0.01  # the explorer's log10 slider step
+
+
+def _same_on_slider(slider_value: float, exact: float) -> bool:
+    """True when a log slider showing ``slider_value`` is set to ``exact``: the front end
+    snaps a value to its log step (T4's 65 TFLOP/s shows as 64.6), so within half a step."""
+    return abs(math.log10(slider_value) - math.log10(exact)) <= _LOG_STEP / 2 + 1e-9
+
+
 class RooflineExplorer:
     """Sliders for M, bytes per element, peak and bandwidth, plus device presets.
 
-    Displays as a live widget in Jupyter front ends with a widget manager; everywhere else
-    (papermill, nbconvert, GitHub) the output also carries a static PNG of the same view.
+    Choosing a preset gives that device's exact datasheet figures, even though the log
+    sliders can only show them rounded to their step; the title names the preset until a
+    slider is moved away from it, and then says "custom roofs". Displays as a live widget in
+    Jupyter front ends with a widget manager; everywhere else (papermill, nbconvert, GitHub)
+    the output also carries a static PNG of the same view.
     """
 
     def __init__(self, K: int = 4096, N: int = 4096, M: int = 64, preset: str = "H100 SXM · bf16"):
@@ -222,45 +323,64 @@ class RooflineExplorer:
 
         self.K, self.N = K, N
         self._presets = presets()
+        if preset not in self._presets:
+            raise ValueError(f"Unknown preset {preset!r}; pick one of roofline.presets(), "
+                             "e.g. 'H100 SXM · bf16'.")
         peak, bw, b = self._presets[preset]
         self.preset = w.Dropdown(options=list(self._presets), value=preset, description="device")
         self.m = w.SelectionSlider(options=[2**i for i in range(15)], value=M, description="M")
         self.b = w.SelectionSlider(options=[1, 2, 4], value=b, description="bytes/elem")
-        self.peak = w.FloatLogSlider(value=peak / 1e12, base=10, min=-1, max=4, step=0.01,
+        self.peak = w.FloatLogSlider(value=peak / 1e12, base=10, min=-1, max=4, step=_LOG_STEP,
                                      description="peak TF/s", readout_format=".1f")
-        self.bw = w.FloatLogSlider(value=bw / 1e12, base=10, min=-2, max=1, step=0.01,
+        self.bw = w.FloatLogSlider(value=bw / 1e12, base=10, min=-2, max=1, step=_LOG_STEP,
                                    description="BW TB/s", readout_format=".2f")
+        self.title = w.HTML()
         self.row = w.HTML()
         self.out = w.Output()
         self.box = w.VBox([self.preset, w.HBox([self.m, self.b]), w.HBox([self.peak, self.bw]),
-                           self.row, self.out])
+                           self.title, self.row, self.out])
+        self._setting = False
         self.preset.observe(self._on_preset, names="value")
         for control in (self.m, self.b, self.peak, self.bw):
-            control.observe(lambda _change: self.redraw(), names="value")
+            control.observe(self._on_slider, names="value")
         self.redraw()
 
     def _on_preset(self, change: dict) -> None:
         peak, bw, b = self._presets[change["new"]]
-        with self.box.hold_sync():
-            self.peak.value, self.bw.value, self.b.value = peak / 1e12, bw / 1e12, b
+        self._setting = True  # the three slider changes below are one redraw, not three
+        try:
+            with self.box.hold_sync():
+                self.peak.value, self.bw.value, self.b.value = peak / 1e12, bw / 1e12, b
+        finally:
+            self._setting = False
         self.redraw()
 
+    def _on_slider(self, _change: dict) -> None:
+        if not self._setting:
+            self.redraw()
+
+    def roofs(self) -> tuple[float, float, float, str]:
+        """(peak FLOP/s, bandwidth B/s, bytes per element, name) now shown. While the sliders
+        sit on the chosen preset's values, the preset's exact figures and its name; else the
+        slider values and "custom roofs"."""
+        peak, bw, b = self._presets[self.preset.value]
+        if (_same_on_slider(self.peak.value, peak / 1e12) and _same_on_slider(self.bw.value, bw / 1e12)
+                and self.b.value == b):
+            return peak, bw, b, self.preset.value
+        return self.peak.value * 1e12, self.bw.value * 1e12, self.b.value, "custom roofs"
+
     def current(self) -> CostRow:
-        """The cost-model row for the current slider values."""
-        return cost_row(self.m.value, self.K, self.N, self.b.value, self.peak.value * 1e12,
-                        self.bw.value * 1e12)
+        """The cost-model row for the current view (exact preset figures while on a preset)."""
+        peak, bw, b, _ = self.roofs()
+        return cost_row(self.m.value, self.K, self.N, b, peak, bw)
 
     def figure(self) -> Any:
         import matplotlib.pyplot as plt
 
         r = self.current()
+        peak, bw, _, name = self.roofs()
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        peak, bw, b = self._presets[self.preset.value]
-        matches = (math.isclose(self.peak.value * 1e12, peak, rel_tol=0.01)
-                   and math.isclose(self.bw.value * 1e12, bw, rel_tol=0.01) and self.b.value == b)
-        name = self.preset.value if matches else "custom roofs"  # sliders moved off the preset
-        plot_roofline(self.peak.value * 1e12, self.bw.value * 1e12,
-                      [(r.intensity, r.attainable, f"M={r.M}")], ax=ax,
+        plot_roofline(peak, bw, [(r.intensity, r.attainable, f"M={r.M}")], ax=ax,
                       title=f"{name}: K=N={self.K}, b={r.bytes_per_element}")
         plt.close(fig)
         return fig
@@ -269,6 +389,9 @@ class RooflineExplorer:
         from IPython.display import display
 
         r = self.current()
+        peak, bw, b, name = self.roofs()
+        self.title.value = (f"<b>{name}</b>: peak {peak / 1e12:g} TFLOP/s, bandwidth "
+                            f"{bw / 1e9:g} GB/s, {b:g} bytes per element")
         self.row.value = (
             f"<code>M={r.M}: I = {r.intensity:.1f} FLOP/B, F/peak = {r.compute_time * 1e3:.4f} ms, "
             f"Q/BW = {r.memory_time * 1e3:.4f} ms, ideal ≥ {r.ideal_time * 1e3:.4f} ms, "
@@ -286,5 +409,5 @@ class RooflineExplorer:
         self.figure().savefig(buffer, format="png", dpi=80, bbox_inches="tight")
         bundle["image/png"] = base64.b64encode(buffer.getvalue()).decode()
         r = self.current()
-        bundle["text/plain"] = f"Roofline explorer ({self.preset.value}, M={r.M}, {r.limiter}-bound)"
+        bundle["text/plain"] = f"Roofline explorer ({self.roofs()[3]}, M={r.M}, {r.limiter}-bound)"
         return bundle

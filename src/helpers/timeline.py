@@ -42,15 +42,21 @@ from ._intervals import (
 from ._schedule import (
     PipelineSchedule,
     alpha_beta_time,
+    balance_stages,
     bubble_fraction,
     bucket_sizes,
     bucketed_allreduce_time,
+    latency_share,
     max_saving,
+    min_bucket_bytes,
     min_exposed,
     min_microbatches,
+    optimal_splits,
     overlapped_backward,
     ring_allreduce_time,
     simulate_pipeline,
+    stage_times,
+    step_with_overlap,
 )
 from ._timeline_plot import plot_pipeline, plot_timeline
 from ._trace import (
@@ -67,10 +73,11 @@ from ._trace import (
 __all__ = [
     "Event", "Trace", "load_trace", "example_traces", "record_ddp",
     "merge_intervals", "union_length", "intersect", "subtract", "clip", "overlap", "exposed", "gaps",
-    "StepBreakdown", "step_breakdown", "mean_step", "Verdict", "classify", "straggler", "rank_table",
-    "TemporalBreakdown", "temporal_breakdown", "comm_comp_overlap",
-    "alpha_beta_time", "ring_allreduce_time", "bucket_sizes", "bucketed_allreduce_time",
-    "overlapped_backward", "min_exposed", "max_saving", "bubble_fraction", "min_microbatches",
+    "StepBreakdown", "step_breakdown", "mean_step", "Verdict", "classify", "own_time", "straggler",
+    "classify_ranks", "rank_table", "TemporalBreakdown", "temporal_breakdown", "comm_comp_overlap",
+    "alpha_beta_time", "ring_allreduce_time", "latency_share", "min_bucket_bytes", "bucket_sizes",
+    "bucketed_allreduce_time", "overlapped_backward", "min_exposed", "max_saving", "step_with_overlap",
+    "bubble_fraction", "min_microbatches", "stage_times", "optimal_splits", "balance_stages",
     "PipelineSchedule", "simulate_pipeline", "plot_timeline", "plot_pipeline", "intervals", "cut",
 ]
 
@@ -94,8 +101,9 @@ def load_trace(path: str | Path | Sequence[str | Path]) -> Trace | list[Trace]:
 
 def example_traces(name: str = "ddp_balanced") -> list[Path]:
     """Paths of the traces shipped with the package (example data recorded by this project with
-    :func:`record_ddp` on a 2-core CPU VM, torch 2.13, gloo): ``"ddp_balanced"`` or
-    ``"ddp_one_slow"`` (one rank sleeps 30 ms per step; which one is for you to find)."""
+    :func:`record_ddp`, torch 2.13, gloo on CPU; see ``data/timeline_README.md``):
+    ``"ddp_balanced"`` or ``"ddp_one_slow"`` (one rank sleeps :data:`EXAMPLE_SLOW_S` per step;
+    which one is for you to find)."""
     folder = resources.files("helpers") / "data"
     found = sorted(Path(str(p)) for p in folder.iterdir() if p.name.startswith(f"timeline_{name}_rank"))
     if not found:
@@ -103,6 +111,9 @@ def example_traces(name: str = "ddp_balanced") -> list[Path]:
                                 "use 'ddp_balanced' or 'ddp_one_slow'")
     return found
 
+
+#: The delay of the slow rank in the shipped ``ddp_one_slow`` recording, seconds per step.
+EXAMPLE_SLOW_S = 0.1
 
 # --------------------------------------------------------------------------- classification
 
@@ -238,21 +249,38 @@ class Verdict:
 
 LABELS = {"exposed_comm": "communication-bound", "data_wait": "data-bound",
           "host_overhead": "host-bound", "bubble": "pipeline-bubble"}
+_WASTE_FIELDS = {"exposed_comm": "exposed_comm_us", "data_wait": "data_wait_us",
+                 "host_overhead": "host_overhead_us", "bubble": "bubble_us"}
 
 
 def classify(step: StepBreakdown, threshold: float = 0.2) -> Verdict:
     """Name a step's bottleneck: the largest waste among exposed communication, data wait,
-    host overhead and pipeline bubble, if it takes at least ``threshold`` of the step;
-    otherwise "compute-bound" (the device is mostly computing)."""
+    host overhead and pipeline bubble, if it is at least ``threshold`` × the step's COMPUTE
+    time; otherwise "compute-bound" (the device is mostly computing).
+
+    The measure is compute time, as in a common guideline that flags data loading when
+    it takes more than 20% of the compute time; the course applies the same test to every waste.
+    """
     if not 0 < threshold < 1:
         raise ValueError(f"threshold must be a fraction between 0 and 1, got {threshold!r}")
     shares = step.shares()
-    worst = max(LABELS, key=lambda k: shares[k])
-    if shares[worst] >= threshold:
-        return Verdict(LABELS[worst], shares, f"{worst} takes {shares[worst]:.0%} of the step "
-                       f"(>= {threshold:.0%}); compute {shares['compute']:.0%}")
-    return Verdict("compute-bound", shares, f"no waste reaches {threshold:.0%} (largest: {worst} "
-                   f"{shares[worst]:.0%}); compute {shares['compute']:.0%}")
+    wastes = {k: getattr(step, f) for k, f in _WASTE_FIELDS.items()}
+    worst = max(LABELS, key=lambda k: wastes[k])
+    of_compute = wastes[worst] / step.compute_us if step.compute_us > 0 else math.inf
+    evidence = {**shares, f"{worst}_per_compute": of_compute}
+    if wastes[worst] > 0 and of_compute >= threshold:
+        return Verdict(LABELS[worst], evidence, f"{worst} is {of_compute:.0%} of the compute time "
+                       f"(>= {threshold:.0%}); compute {shares['compute']:.0%} of the step")
+    return Verdict("compute-bound", evidence, f"no waste reaches {threshold:.0%} of the compute time "
+                   f"(largest: {worst}, {of_compute:.0%}); compute {shares['compute']:.0%} of the step")
+
+
+def own_time(breakdowns: Sequence[StepBreakdown]) -> float:
+    """A rank's own time per step, µs: the step minus its exposed communication. In
+    synchronous data parallelism the other ranks wait for the rank with the most own time."""
+    if not breakdowns:
+        raise ValueError("own_time needs at least one StepBreakdown")
+    return statistics.fmean(b.duration_us - b.exposed_comm_us for b in breakdowns)
 
 
 def straggler(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]]) -> int:
@@ -260,21 +288,46 @@ def straggler(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]]) -> int:
     communication). In synchronous data parallelism the others wait for it in the collective."""
     if not breakdowns_by_rank:
         raise ValueError("straggler needs breakdowns for at least one rank")
-    own = {r: statistics.fmean(b.duration_us - b.exposed_comm_us for b in bs)
-           for r, bs in breakdowns_by_rank.items()}
+    own = {r: own_time(bs) for r, bs in breakdowns_by_rank.items()}
     return max(own, key=own.get)
 
 
+def classify_ranks(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]],
+                   threshold: float = 0.2) -> dict[int, Verdict]:
+    """One verdict per rank of a multi-rank run. A rank whose exposed communication is mostly
+    waiting for the slowest rank k (the gap between k's own time and its own covers at least
+    half of it) is labelled "waiting for rank k", not "communication-bound": speeding up its
+    communication would not help; the slow rank is the problem."""
+    verdicts = {r: classify(mean_step(bs), threshold) for r, bs in breakdowns_by_rank.items()}
+    if len(breakdowns_by_rank) < 2:
+        return verdicts
+    slow = straggler(breakdowns_by_rank)
+    slow_own = own_time(breakdowns_by_rank[slow])
+    for rank, verdict in verdicts.items():
+        if rank == slow or verdict.label != "communication-bound":
+            continue
+        gap = slow_own - own_time(breakdowns_by_rank[rank])
+        exposed = mean_step(breakdowns_by_rank[rank]).exposed_comm_us
+        if gap >= 0.5 * exposed:
+            verdicts[rank] = Verdict(f"waiting for rank {slow}", {**verdict.evidence, "wait_us": gap},
+                                     f"rank {slow} has {gap / 1e3:.1f} ms more own time per step; this "
+                                     f"rank waits for it inside the collective ({exposed / 1e3:.1f} ms "
+                                     "exposed communication)")
+    return verdicts
+
+
 def rank_table(traces: Sequence[Trace]) -> str:
-    """A per-rank table of mean step breakdowns, in milliseconds."""
+    """A per-rank table of mean step breakdowns, in milliseconds, with each rank's verdict
+    (:func:`classify_ranks`: a rank that waits for a straggler says so)."""
+    by_rank = {t.rank if t.rank is not None else i: step_breakdown(t) for i, t in enumerate(traces)}
+    verdicts = classify_ranks(by_rank)
     lines = [f"{'rank':>4} {'steps':>5} {'step ms':>8} {'compute':>8} {'comm':>8} {'exposed':>8} "
              f"{'data':>7} {'host':>7}  verdict"]
-    for t in traces:
-        bs = step_breakdown(t)
+    for rank, bs in by_rank.items():
         m = mean_step(bs)
-        lines.append(f"{t.rank!s:>4} {len(bs):>5} {m.duration_us / 1e3:8.2f} {m.compute_us / 1e3:8.2f} "
+        lines.append(f"{rank!s:>4} {len(bs):>5} {m.duration_us / 1e3:8.2f} {m.compute_us / 1e3:8.2f} "
                      f"{m.communication_us / 1e3:8.2f} {m.exposed_comm_us / 1e3:8.2f} "
-                     f"{m.data_wait_us / 1e3:7.2f} {m.host_overhead_us / 1e3:7.2f}  {classify(m).label}")
+                     f"{m.data_wait_us / 1e3:7.2f} {m.host_overhead_us / 1e3:7.2f}  {verdicts[rank].label}")
     return "\n".join(lines)
 
 

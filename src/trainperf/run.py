@@ -57,6 +57,9 @@ def run_one(root: str, chapter: str, out_dir: str, device: str, quick: bool,
             str(source), str(target), parameters={"DEVICE": device, "QUICK": quick},
             cwd=str(source.parent), kernel_name="python3", progress_bar=False,
             execution_timeout=cell_timeout, log_output=False,
+            # the kernel's own start-up warnings (e.g. "running over TCP without encryption" on
+            # a private loopback connection) mean nothing to a learner; errors still show
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
         )
         status, detail = "ok", ""
     except Exception as exc:  # papermill raises PapermillExecutionError for a failing cell

@@ -131,7 +131,8 @@ def read_submission(path: Path) -> tuple[dict | None, str, bytes]:
     try:
         json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        where = (f"; line {exc.lineno}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError)
+                 else "")
         return None, f"the submitted notebook is not valid JSON ({getattr(exc, 'msg', exc)}{where})", data
     try:
         nb = nbformat.reads(data.decode("utf-8"), as_version=4)
