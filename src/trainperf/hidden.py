@@ -14,7 +14,7 @@ import re
 
 HIDDEN_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) HIDDEN TESTS[ \t]*$", re.MULTILINE)
 HIDDEN_KINDS = ("close", "equal", "one_of")
-VISIBLE_CHECKS = ("close", "equal", "one_of")
+VISIBLE_CHECKS = ("close", "equal", "one_of", "at_most")
 
 
 def split_hidden(source: str) -> tuple[str, str]:
