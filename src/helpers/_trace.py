@@ -84,6 +84,7 @@ class Columns:
         self.thread, self.threads = _pairs(_codes(pids, order), _codes(tids, order))
         self.stream, self.streams = _codes(streams, order, absent=(None, -1))  # Kineto: -1 = none
         self.corr, self.corrs = _codes(corrs, order, absent=(None,))
+        # streams / corrs may come as int64 arrays with NONE for "absent" (the fast parser)
         if order is not None:
             self.ts, self.dur = self.ts[order], self.dur[order]
             args = None if args is None else [args[i] for i in order.tolist()]
@@ -143,10 +144,22 @@ def _pairs(a: tuple[np.ndarray, list], b: tuple[np.ndarray, list]) -> tuple[np.n
     return codes.reshape(-1), [(a[1][p // n], b[1][p % n]) for p in distinct.tolist()]
 
 
-def _codes(values: Sequence[Any], order: np.ndarray | None,
+NONE = np.iinfo(np.int64).min  # "absent" in an int64 column of ids
+
+
+def _codes(values: Sequence[Any] | np.ndarray, order: np.ndarray | None,
            absent: tuple = ()) -> tuple[np.ndarray, list[Any]]:
     """Factorise ``values``: (codes in ``order``, distinct values in order of appearance);
-    values equal to one in ``absent`` get code −1."""
+    values equal to one in ``absent`` get code −1. An int64 array (``NONE`` for None) is
+    factorised by sorting instead (its distinct values then come sorted)."""
+    if isinstance(values, np.ndarray):
+        present = values != NONE
+        for a in absent:
+            if a is not None:
+                present &= values != a
+        codes = np.full(len(values), -1, np.int64)
+        distinct, codes[present] = np.unique(values[present], return_inverse=True)
+        return (codes if order is None else codes[order]), distinct.tolist()
     index: dict[Any, int] = dict.fromkeys(values)  # distinct values, first appearance first
     for a in absent:
         index.pop(a, None)

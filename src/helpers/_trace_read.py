@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._trace import Columns
+from ._trace import NONE, Columns
 
 try:  # optional fast paths (``pip install trainperf-course[fast]``)
     import msgspec
@@ -202,8 +202,8 @@ class _Unusual(Exception):
 
 if msgspec is not None:
     class _Args(msgspec.Struct, gc=False):
-        stream: Any = None
-        correlation: Any = None
+        stream: int = NONE  # ids: integers here (anything else: the general path)
+        correlation: int = NONE
         name: Any = ""  # the thread name of a "thread_name" metadata event
 
     class _Event(msgspec.Struct, gc=False):
@@ -216,7 +216,32 @@ if msgspec is not None:
         tid: Any = None
         args: _Args | None = None
 
-    _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+    class _Top(msgspec.Struct, gc=False):
+        """The events and the top-level fields Kineto writes (others are skipped: finding
+        them would take a second pass over the whole file)."""
+
+        traceEvents: list[_Event] | msgspec.UnsetType = msgspec.UNSET
+        schemaVersion: Any = msgspec.UNSET
+        deviceProperties: Any = msgspec.UNSET
+        distributedInfo: Any = msgspec.UNSET
+        record_shapes: Any = msgspec.UNSET
+        profile_memory: Any = msgspec.UNSET
+        with_stack: Any = msgspec.UNSET
+        with_flops: Any = msgspec.UNSET
+        with_modules: Any = msgspec.UNSET
+        trace_id: Any = msgspec.UNSET
+        cuda_runtime_version: Any = msgspec.UNSET
+        cuda_driver_version: Any = msgspec.UNSET
+        cupti_version: Any = msgspec.UNSET
+        hip_runtime_version: Any = msgspec.UNSET
+        roctracer_version: Any = msgspec.UNSET
+        INFO: Any = msgspec.UNSET
+        host_name: Any = msgspec.UNSET
+        traceName: Any = msgspec.UNSET
+        displayTimeUnit: Any = msgspec.UNSET
+        baseTimeNanoseconds: Any = msgspec.UNSET
+
+    _TOP = msgspec.json.Decoder(_Top)
     _EVENTS = msgspec.json.Decoder(list[_Event])
 
 
@@ -225,25 +250,29 @@ def _parse_msgspec(holder: list[bytes], path: Path) -> tuple[Columns, dict, dict
     try:
         head = buf[:64]
         if head.lstrip()[:1] == b"[":  # the JSON-array flavour: a bare list of events
-            top, events = {}, _EVENTS.decode(buf)
+            meta, events = {}, _EVENTS.decode(buf)
         else:
             top = _TOP.decode(buf)
-            if "traceEvents" not in top:
+            events = top.traceEvents
+            if events is msgspec.UNSET:
                 raise _Unusual
-            events = _EVENTS.decode(top.pop("traceEvents"))
-        meta = {k: msgspec.json.decode(v) for k, v in top.items()}
+            meta = {k: v for k in top.__struct_fields__[1:]
+                    if (v := getattr(top, k)) is not msgspec.UNSET}
+            del top
     except msgspec.ValidationError:
         raise _Unusual from None
     except msgspec.DecodeError as err:
         raise _unreadable(path, str(err)) from None
-    del buf, top
-    rows = [(e.ts, e.dur, e.name, e.cat, e.pid, e.tid, None if (a := e.args) is None else a.stream,
-             None if a is None else a.correlation) for e in events if e.ph == "X"]
+    del buf
+    rows = [(e.ts, e.dur, e.name, e.cat, e.pid, e.tid, NONE if (a := e.args) is None else a.stream,
+             NONE if a is None else a.correlation) for e in events if e.ph == "X"]
     thread_names = {(e.pid, e.tid): str(e.args.name if e.args is not None else "")
                     for e in events if e.ph == "M" and e.name == "thread_name"}
     del events
-    cols = _columns(path, *(zip(*rows, strict=True) if rows else [()] * 8), None)
+    ts, dur, names, cats, pids, tids, streams, corrs = zip(*rows, strict=True) if rows else [()] * 8
     del rows
+    ids = [np.fromiter(v, np.int64, len(v)) for v in (streams, corrs)]
+    cols = _columns(path, ts, dur, names, cats, pids, tids, *ids, None)
     # a missing ts / dur became NaN; the general path names the damaged event
     if np.isnan(cols.ts).any() or np.isnan(cols.dur).any() or (cols.dur < 0).any() or not all(
             n.__class__ is str for n in cols.names):
