@@ -8,8 +8,8 @@ interleaved, best of ``--repeat``:
 1. one rank: a GPU trace of ``--events`` events synthesised from TRACE;
 2. ``--ranks`` ranks: a folder of that many rank files (copies with shifted timestamps),
    ours with ``--jobs`` processes, HTA with its own pool;
-3. ``--scale``: time and peak memory (max RSS above the child's RSS after its imports) for
-   growing event counts, one run each.
+3. ``--scale``: time and peak memory (the child's peak resident memory, VmHWM, above its
+   level after the imports) for growing event counts, one run each.
 
 Synthetic traces repeat TRACE's events with shifted timestamps, correlation ids and step
 numbers, so they are valid traces with TRACE's structure. ``--save`` records the figures in
@@ -34,8 +34,13 @@ SAVED = Path(__file__).with_name("data") / "timeline_bench.json"
 
 OURS_SCRIPT = r"""
 import json, os, resource, sys, time
+def hwm():  # this process's peak resident memory in kB (VmHWM restarts at exec; ru_maxrss does not)
+    try:
+        return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
+    except (OSError, IndexError, ValueError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 from helpers import timeline
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = hwm()
 path, jobs, parser = sys.argv[1], int(sys.argv[2]), sys.argv[3] or None
 t0 = time.perf_counter()
 if os.path.isdir(path):
@@ -50,25 +55,28 @@ else:
     figures = {t.rank: [tb.idle_pct, tb.compute_pct, tb.non_compute_pct, tb.kernel_time_us, ov]}
     parsers, failed = [t.parser], []
 seconds = time.perf_counter() - t0
-peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-           resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+peak = hwm()  # of this process: with a folder, the workers' memory is not in it
 print("RESULT " + json.dumps({"seconds": seconds, "base_kb": base, "peak_kb": peak,
                               "figures": figures, "parsers": parsers, "failed": failed}))
 """
 
 HTA_SCRIPT = r"""
 import json, logging, resource, sys, time
+def hwm():  # this process's peak resident memory in kB (VmHWM restarts at exec; ru_maxrss does not)
+    try:
+        return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
+    except (OSError, IndexError, ValueError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 logging.disable(logging.WARNING)
 import hta
 from hta.trace_analysis import TraceAnalysis
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = hwm()
 t0 = time.perf_counter()
 analyzer = TraceAnalysis(trace_dir=sys.argv[1])
 tb = analyzer.get_temporal_breakdown(visualize=False)
 ov = analyzer.get_comm_comp_overlap(visualize=False)
 seconds = time.perf_counter() - t0
-peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-           resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+peak = hwm()
 overlap = {int(r["rank"]): float(r["comp_comm_overlap_pctg"]) for r in ov.to_dict("records")}
 figures = {int(r["rank"]): [float(r["idle_time_pctg"]), float(r["compute_time_pctg"]),
                             float(r["non_compute_time_pctg"]), float(r["kernel_time(us)"]),
