@@ -173,10 +173,18 @@ def test_folder_report_equals_one_file_at_a_time(rank_folder):
     assert tl.comm_comp_overlap(rank_folder) == {r.rank: r.overlap_pct for r in report.rows}
 
 
-def test_folder_load_in_a_pool_equals_sequential(rank_folder):
+def test_folder_load_in_a_pool_equals_sequential(rank_folder, monkeypatch):
     pooled = tl.load_trace(rank_folder, jobs=2)
     assert [t.rank for t in pooled] == [0, 1, 2]
-    assert pooled == tl.load_trace(rank_folder, jobs=1)
+    assert pooled == tl.load_trace(rank_folder, jobs=1) == tl.load_trace(rank_folder)
+    # what a Jupyter kernel (several threads) gets: clean workers instead of fork
+    import multiprocessing
+
+    from helpers import _ranks
+    monkeypatch.setattr(_ranks, "_context", lambda: multiprocessing.get_context("spawn"))
+    assert tl.analyse_ranks(rank_folder, jobs=2) == tl.analyse_ranks(rank_folder, jobs=1)
+    with pytest.raises(ValueError, match="jobs must be a positive integer"):
+        tl.load_trace(rank_folder, jobs=0)
 
 
 def test_a_bad_rank_file_is_named_and_the_others_still_analyse(rank_folder, tmp_path):

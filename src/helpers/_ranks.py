@@ -20,6 +20,8 @@ from typing import Any
 
 from ._trace import Trace, read_trace
 
+POOL_MIN_BYTES = 16 * 2**20  # ~16 MB of (compressed) trace files: below, one process is faster
+
 
 def _context() -> Any:
     methods = multiprocessing.get_all_start_methods()
@@ -40,10 +42,15 @@ def _guarded(task: tuple[Callable, Path, tuple]) -> tuple[Any, str | None]:
 def run_per_file(fn: Callable, files: Sequence[Path], jobs: int | None, *extra: Any
                  ) -> tuple[list[Any], dict[str, str]]:
     """``fn(file, *extra)`` for every file, in ``jobs`` processes (default: one per core, at most
-    one per file). Returns (results of the files that worked, in order; {file: error line})."""
+    one per file, and none for less than ``POOL_MIN_BYTES`` of files, where starting workers
+    costs more than it saves). Returns (results of the files that worked, in order;
+    {file: error line})."""
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise ValueError(f"jobs must be a positive integer (processes), got {jobs!r}")
-    jobs = min(jobs or os.cpu_count() or 1, len(files))
+    if jobs is None:
+        small = sum(Path(f).stat().st_size for f in files if Path(f).is_file()) < POOL_MIN_BYTES
+        jobs = 1 if small else os.cpu_count() or 1
+    jobs = min(jobs, len(files))
     tasks = [(fn, Path(f), extra) for f in files]
     if jobs <= 1:
         outcomes = [_guarded(t) for t in tasks]

@@ -26,6 +26,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -341,7 +342,9 @@ def _scale(a: argparse.Namespace, data: dict, tmp: Path) -> list[dict]:
 def describe(r: dict) -> str:
     """One paragraph from a saved result (see ``--save``)."""
     one = r.get("one_rank", {})
-    text = (f"Measured on {r['date']} ({r['machine']}, load average {r['load_before']:.1f}) with "
+    cores = int(r["machine"].split(", ")[-1].split()[0]) if "cores" in r["machine"] else 1
+    busy = ": a busy machine, so the times are noisy" if r["load_before"] >= cores / 2 else ""
+    text = (f"Measured on {r['date']} ({r['machine']}, load average {r['load_before']:.1f}{busy}) with "
             f"`python -m helpers.timeline bench {r['source']} --hta-python ...`: loading a "
             f"{one.get('events', 0):,}-event GPU trace and computing HTA's temporal breakdown and "
             f"comm/comp overlap took helpers.timeline {one.get('ours_s', float('nan')):.2f} s "
@@ -353,4 +356,4 @@ def describe(r: dict) -> str:
     if ranks and "hta_s" in ranks:
         text += (f". A folder of {ranks['ranks']} ranks: {ranks['ours_s']:.2f} s against "
                  f"{ranks['hta_s']:.2f} s ({ranks['ratio']:.1f}x)")
-    return text + "."
+    return textwrap.fill(text + ".", 100)

@@ -95,7 +95,8 @@ def load_trace(path: str | Path | Sequence[str | Path], jobs: int | None = None,
     """Read a ``torch.profiler`` chrome trace (``.json`` / ``.json.gz``).
 
     A file gives one :class:`Trace`; a folder or a list of files gives one trace per rank,
-    sorted by rank, read by ``jobs`` processes (default: one per core). Missing or damaged
+    sorted by rank, read by ``jobs`` processes (default: one per core once the files pass
+    ~16 MB; below that, one). Missing or damaged
     files raise a one-line error naming them. ``parser`` is "msgspec" (the default when it is
     installed) or "json"; ``keep_args=True`` keeps every event argument in ``Event.args``
     (slower; by default only ``stream`` and ``correlation``).
@@ -468,7 +469,7 @@ def _rank_row(path: Path, parser: str | None = None) -> RankRow:
 def analyse_ranks(folder: str | Path | Sequence[str | Path], jobs: int | None = None,
                   parser: str | None = None) -> RankReport:
     """Every rank file of a folder (or a list of files), analysed by ``jobs`` processes
-    (default: one per core): a :class:`RankReport` with one :class:`RankRow` per rank (HTA's
+    (default as in :func:`load_trace`): a :class:`RankReport` with one :class:`RankRow` per rank (HTA's
     temporal breakdown and overlap, mean step time and exposed communication) and the
     straggler summary. A file that fails is named in ``report.failed``; the others still count."""
     files = [Path(p) for p in folder] if isinstance(folder, (list, tuple)) else trace_files(Path(folder))
