@@ -286,3 +286,18 @@ def test_benchmark_result_is_a_measured_sentence():
     assert "faster" in text and "HTA" in text and re.search(r"\d+\.\dx", text)
     fast = _trace_read.msgspec
     assert tl.json_parser() == (f"msgspec {fast.__version__}" if fast else "json (standard library)")
+
+
+def test_without_the_optional_packages_the_standard_library_reads_the_trace():
+    import subprocess
+    import sys
+
+    path = tl.example_traces("ddp_balanced")[0]
+    code = ("import sys\n"
+            "for m in ('msgspec', 'isal', 'isal.isal_zlib'): sys.modules[m] = None\n"
+            "from helpers import timeline as tl\n"
+            f"t = tl.load_trace({str(path)!r})\n"
+            "print(tl.json_parser(), '|', t.parser, '|', tl.temporal_breakdown(t))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    want = tl.temporal_breakdown(tl.load_trace(path))
+    assert out.strip() == f"json (standard library) | json (standard library) | {want}"

@@ -339,6 +339,14 @@ def _scale(a: argparse.Namespace, data: dict, tmp: Path) -> list[dict]:
     return rows
 
 
+def benchmark_result() -> str:
+    """The speed figures of the benchmark run recorded with the package (``python -m
+    helpers.timeline bench TRACE --hta-python PY --save``), in one paragraph."""
+    if not SAVED.is_file():
+        return "No benchmark result ships with this copy: run python -m helpers.timeline bench."
+    return describe(json.loads(SAVED.read_text(encoding="utf-8")))
+
+
 def describe(r: dict) -> str:
     """One paragraph from a saved result (see ``--save``)."""
     one = r.get("one_rank", {})

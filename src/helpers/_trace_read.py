@@ -42,6 +42,13 @@ def default_parser() -> str:
     return "msgspec" if msgspec is not None else "json"
 
 
+def json_parser() -> str:
+    """The JSON parser :func:`~helpers.timeline.load_trace` uses here: "msgspec <version>" when
+    the optional ``msgspec`` package is installed (``pip install trainperf-course[fast]``), else
+    "json (standard library)". A loaded trace says which one read it: ``trace.parser``."""
+    return parser_label(default_parser())
+
+
 def parser_label(parser: str) -> str:
     """Name and version of a parser, e.g. "msgspec 0.23.0" or "json (standard library)"."""
     return f"msgspec {msgspec.__version__}" if parser == "msgspec" else "json (standard library)"

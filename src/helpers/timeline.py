@@ -22,7 +22,6 @@ figures of the last recorded run: :func:`benchmark_result`.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -64,6 +63,7 @@ from ._schedule import (
     ring_allreduce_time,
     simulate_pipeline,
 )
+from ._timeline_bench import benchmark_result
 from ._timeline_plot import plot_pipeline, plot_timeline
 from ._trace import (
     COMM_KERNEL_RE,
@@ -76,7 +76,7 @@ from ._trace import (
     read_trace,
     trace_files,
 )
-from ._trace_read import default_parser, parser_label
+from ._trace_read import json_parser
 
 __all__ = [
     "Event", "Trace", "load_trace", "example_traces", "record_ddp",
@@ -113,13 +113,6 @@ def load_trace(path: str | Path | Sequence[str | Path], jobs: int | None = None,
     return sorted(traces, key=lambda t: (t.rank is None, t.rank if t.rank is not None else 0,
                                          rank_from_name(t.path) is None, rank_from_name(t.path) or 0,
                                          t.path))
-
-
-def json_parser() -> str:
-    """The JSON parser :func:`load_trace` uses here: "msgspec <version>" when the optional
-    ``msgspec`` package is installed (``pip install trainperf-course[fast]``), else
-    "json (standard library)". A loaded trace says which one read it: ``trace.parser``."""
-    return parser_label(default_parser())
 
 
 def example_traces(name: str = "ddp_balanced") -> list[Path]:
@@ -475,17 +468,6 @@ def analyse_ranks(folder: str | Path | Sequence[str | Path], jobs: int | None = 
     files = [Path(p) for p in folder] if isinstance(folder, (list, tuple)) else trace_files(Path(folder))
     rows, failed = run_per_file(_rank_row, files, jobs, parser)
     return rank_report(str(folder), rows, failed)
-
-
-def benchmark_result() -> str:
-    """The speed figures of the benchmark run recorded with the package (``python -m
-    helpers.timeline bench TRACE --hta-python PY --save``), in one paragraph."""
-    found = resources.files("helpers") / "data" / "timeline_bench.json"
-    if not found.is_file():
-        return "No benchmark result ships with this copy: run python -m helpers.timeline bench."
-    from ._timeline_bench import describe
-
-    return describe(json.loads(found.read_text(encoding="utf-8")))
 
 
 def intervals(trace: Trace, kind: str, step: int | None = None) -> list[tuple[float, float]]:
