@@ -268,6 +268,8 @@ def test_bench_command_gives_one_line_for_bad_input(tmp_path, capsys):
     assert files
     assert _timeline_bench.main(["bench", str(tmp_path / "missing.json")]) == 2
     assert "trace file not found" in capsys.readouterr().err
+    assert _timeline_bench.main(["bench", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
     cpu = tl.example_traces("ddp_balanced")[0]
     assert _timeline_bench.main(["bench", str(cpu)]) == 2
     assert "no GPU kernels" in capsys.readouterr().err

@@ -97,6 +97,9 @@ class BenchError(Exception):
 def _source(path: Path) -> dict:
     from . import timeline  # validates the file with the library's own one-line errors
 
+    if path.is_dir():
+        raise BenchError(f"{path} is a folder: pass one GPU trace file; the benchmark builds the "
+                         "many-rank folder itself (--ranks)")
     trace = timeline.load_trace(path)
     if not trace.is_gpu:
         raise BenchError(f"{path} holds no GPU kernels: HTA only analyses GPU traces; pass a GPU "
@@ -209,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+    except (OSError, ValueError) as err:  # bad TRACE (the library's one-line errors), full disk
+        print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
         return 2
 
 
