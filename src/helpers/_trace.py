@@ -89,7 +89,7 @@ class Columns:
             self.ts, self.dur = self.ts[order], self.dur[order]
             args = None if args is None else [args[i] for i in order.tolist()]
         self.args = args
-        self._masks: dict[tuple[str, str], np.ndarray] = {}
+        self._masks: dict[tuple[str, int, str], np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -104,7 +104,7 @@ class Columns:
 
     def name_mask(self, rx: re.Pattern, how: str = "match") -> np.ndarray:
         """``rx.match(name)`` (or ``search``) for every event, evaluated once per distinct name."""
-        key = (rx.pattern, how)
+        key = (rx.pattern, rx.flags, how)
         if key not in self._masks:
             test = getattr(rx, how)
             hits = np.fromiter((test(n) is not None for n in self.names), bool, len(self.names))
