@@ -10,6 +10,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
+import numpy as np
+
 Interval = tuple[float, float]
 
 
@@ -117,3 +119,43 @@ def cut(merged: list[Interval], start: float, end: float) -> list[Interval]:
             out.append((max(s, start), min(e, end)))
         i += 1
     return out
+
+
+# --------------------------------------------------------------------------- numpy versions
+# The same moves on arrays of starts and ends, for traces of 10^5-10^7 events. Outputs are
+# exactly those of the list functions above (same intervals, same order).
+
+def merge_arrays(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_merge` on arrays: sort by (start, end), and open a new block wherever a start
+    lies after every end seen so far. Zero-length intervals are kept, as in :func:`_merge`."""
+    if len(starts) == 0:
+        return np.empty(0), np.empty(0)
+    order = np.lexsort((ends, starts))
+    s, reach = starts[order], np.maximum.accumulate(ends[order])
+    first = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    return s[first], reach[last]
+
+
+def as_list(starts: np.ndarray, ends: np.ndarray) -> list[Interval]:
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def union_arrays(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union, as :func:`merge_intervals` gives it (empty intervals take no time)."""
+    keep = ends > starts
+    return merge_arrays(starts[keep], ends[keep])
+
+
+def intersect_arrays(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`intersect` of two unions already merged (disjoint, sorted), by bisection."""
+    (a_s, a_e), (b_s, b_e) = a, b
+    lo = np.searchsorted(b_e, a_s, "right")  # first b ending after a starts
+    hi = np.searchsorted(b_s, a_e, "left")  # first b starting at or after a ends
+    counts = np.maximum(hi - lo, 0)
+    i = np.repeat(np.arange(len(a_s)), counts)
+    j = lo[i] + np.arange(len(i)) - np.repeat(np.cumsum(counts) - counts, counts)
+    s, e = np.maximum(a_s[i], b_s[j]), np.minimum(a_e[i], b_e[j])
+    keep = s < e
+    return s[keep], e[keep]

@@ -1,16 +1,21 @@
-"""Loading Kineto / ``torch.profiler`` chrome traces (``.json`` or ``.json.gz``) into plain events."""
+"""Kineto / ``torch.profiler`` chrome traces (``.json`` or ``.json.gz``) held as columns.
+
+A :class:`Trace` keeps its complete events as numpy columns (start, duration, and codes for
+name, category, thread, stream and correlation), so the analysis runs vectorised; the
+:class:`Event` tuples of ``trace.events`` are built only when someone asks for them.
+Reading and parsing the file is :mod:`helpers._trace_read`.
+"""
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-_START = itemgetter(2)
+import numpy as np
 
 STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 # Steps annotated by hand (NVTX-style "train_step_0012", record_function("step 3"), ...)
@@ -28,6 +33,8 @@ class Event(tuple):
     """One complete ("X") trace event, a light tuple. Times are microseconds, as in the trace.
 
     Fields: name, cat, ts, dur, pid, tid, stream (None for host events), correlation, args.
+    ``args`` holds the event's ``stream`` and ``correlation`` (the arguments the analysis uses);
+    ``load_trace(..., keep_args=True)`` keeps every argument the profiler wrote.
     """
 
     __slots__ = ()
@@ -59,111 +66,217 @@ class Event(tuple):
         return f"Event({self.name[:40]!r}, {self.cat}, ts={self.ts:.1f}, dur={self.dur:.1f} µs, {where})"
 
 
-@dataclass
-class Trace:
-    """One rank's trace: its complete events (sorted by start) and what the file says about it."""
+class Columns:
+    """The complete events of a trace as parallel numpy columns, sorted by start (stable).
 
-    path: str
-    events: list[Event]
-    rank: int | None = None
-    world_size: int | None = None
-    backend: str | None = None
-    thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # analysis results
+    Text and id fields are codes into a list of distinct values (``names[name[i]]``); code −1
+    means "absent" (a host event has stream −1; an event without correlation has corr −1).
+    """
+
+    def __init__(self, ts: Sequence[float], dur: Sequence[float], names: Sequence[str],
+                 cats: Sequence[str], pids: Sequence[Any], tids: Sequence[Any], streams: Sequence[Any],
+                 corrs: Sequence[Any], args: Sequence[dict] | None = None) -> None:
+        self.ts = np.asarray(ts, dtype=np.float64)
+        self.dur = np.asarray(dur, dtype=np.float64)
+        order = None if _is_sorted(self.ts) else np.argsort(self.ts, kind="stable")
+        self.name, self.names = _codes(names, order)
+        self.cat, self.cats = _codes(cats, order)
+        self.thread, self.threads = _pairs(_codes(pids, order), _codes(tids, order))
+        self.stream, self.streams = _codes(streams, order, absent=(None, -1))  # Kineto: -1 = none
+        self.corr, self.corrs = _codes(corrs, order, absent=(None,))
+        # streams / corrs may come as int64 arrays with NONE for "absent" (the fast parser)
+        if order is not None:
+            self.ts, self.dur = self.ts[order], self.dur[order]
+            args = None if args is None else [args[i] for i in order.tolist()]
+        self.args = args
+        self._masks: dict[tuple[str, int, str], np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.ts + self.dur
+
+    @property
+    def on_gpu(self) -> np.ndarray:
+        return self.stream >= 0
+
+    def name_mask(self, rx: re.Pattern, how: str = "match") -> np.ndarray:
+        """``rx.match(name)`` (or ``search``) for every event, evaluated once per distinct name."""
+        key = (rx.pattern, rx.flags, how)
+        if key not in self._masks:
+            test = getattr(rx, how)
+            hits = np.fromiter((test(n) is not None for n in self.names), bool, len(self.names))
+            self._masks[key] = hits[self.name] if len(self.names) else np.zeros(len(self), bool)
+        return self._masks[key]
+
+    def cat_mask(self, cat: str) -> np.ndarray:
+        return self.cat == (self.cats.index(cat) if cat in self.cats else -2)
+
+    def events(self, index: np.ndarray | None = None) -> list[Event]:
+        """:class:`Event` tuples for the rows ``index`` (all rows when None), in order."""
+        pick = (lambda col: col) if index is None else (lambda col: col[index])
+        look = lambda values, codes: list(map((*values, None).__getitem__, pick(codes).tolist()))  # noqa: E731
+        names, cats = look(self.names, self.name), look(self.cats, self.cat)
+        threads = look(self.threads, self.thread)
+        streams, corrs = look(self.streams, self.stream), look(self.corrs, self.corr)
+        if self.args is not None:
+            args: Iterable = self.args if index is None else [self.args[i] for i in index.tolist()]
+        else:
+            args = ({k: v for k, v in (("stream", s), ("correlation", c)) if v is not None}
+                    for s, c in zip(streams, corrs, strict=True))
+        rows = zip(names, cats, pick(self.ts).tolist(), pick(self.dur).tolist(),
+                   [t[0] for t in threads], [t[1] for t in threads], streams, corrs, args,
+                   strict=True)
+        return list(map(tuple.__new__, repeat(Event), rows))
+
+
+def _is_sorted(a: np.ndarray) -> bool:
+    return len(a) < 2 or bool((a[1:] >= a[:-1]).all())
+
+
+def _pairs(a: tuple[np.ndarray, list], b: tuple[np.ndarray, list]) -> tuple[np.ndarray, list]:
+    """Codes of (a, b) pairs from the codes of a and of b (no tuple per event)."""
+    pair = a[0] * max(len(b[1]), 1) + b[0]
+    distinct, codes = np.unique(pair, return_inverse=True)
+    n = max(len(b[1]), 1)
+    return codes.reshape(-1), [(a[1][p // n], b[1][p % n]) for p in distinct.tolist()]
+
+
+NONE = np.iinfo(np.int64).min  # "absent" in an int64 column of ids
+
+
+def _codes(values: Sequence[Any] | np.ndarray, order: np.ndarray | None,
+           absent: tuple = ()) -> tuple[np.ndarray, list[Any]]:
+    """Factorise ``values``: (codes in ``order``, distinct values in order of appearance);
+    values equal to one in ``absent`` get code −1. An int64 array (``NONE`` for None) is
+    factorised by sorting instead (its distinct values then come sorted)."""
+    if isinstance(values, np.ndarray):
+        present = values != NONE
+        for a in absent:
+            if a is not None:
+                present &= values != a
+        codes = np.full(len(values), -1, np.int64)
+        distinct, codes[present] = np.unique(values[present], return_inverse=True)
+        return (codes if order is None else codes[order]), distinct.tolist()
+    index: dict[Any, int] = dict.fromkeys(values)  # distinct values, first appearance first
+    for a in absent:
+        index.pop(a, None)
+    distinct = list(index)
+    index.update(zip(distinct, range(len(distinct)), strict=True))
+    for a in absent:
+        index[a] = -1
+    codes = np.fromiter(map(index.__getitem__, values), np.int64, len(values))
+    return (codes if order is None else codes[order]), distinct
+
+
+class Trace:
+    """One rank's trace: its complete events (as :class:`Columns`, sorted by start) and what the
+    file says about it. ``events`` (a list of :class:`Event`) is built on first use."""
+
+    def __init__(self, path: str, events: Sequence[Event] | None = None, rank: int | None = None,
+                 world_size: int | None = None, backend: str | None = None,
+                 thread_names: dict[tuple[Any, Any], str] | None = None,
+                 meta: dict[str, Any] | None = None, *, columns: Columns | None = None,
+                 parser: str = "") -> None:
+        self.path = str(path)
+        self.rank, self.world_size, self.backend = rank, world_size, backend
+        self.thread_names = dict(thread_names or {})
+        self.meta = dict(meta or {})
+        self.parser = parser  # the JSON parser that read the file
+        self.cache: dict[str, Any] = {}  # analysis results
+        if columns is None:
+            events = list(events or [])
+            columns = Columns([e.ts for e in events], [e.dur for e in events], [e.name for e in events],
+                              [e.cat for e in events], [e.pid for e in events], [e.tid for e in events],
+                              [e.stream for e in events], [e.correlation for e in events],
+                              [e.args for e in events])
+        self.columns = columns
+        self._events = None if events is None else list(events)
+
+    @property
+    def events(self) -> list[Event]:
+        """The complete events, sorted by start (built from the columns on first use)."""
+        if self._events is None:
+            self._events = self.columns.events()
+        return self._events
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trace):
+            return NotImplemented
+        return ((self.path, self.rank, self.world_size, self.backend, self.thread_names, self.meta)
+                == (other.path, other.rank, other.world_size, other.backend, other.thread_names,
+                    other.meta) and self.events == other.events)
+
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def is_gpu(self) -> bool:
         """True when the trace holds device events (kernels on CUDA streams)."""
         if "is_gpu" not in self.cache:
-            self.cache["is_gpu"] = any(e.stream is not None for e in self.events)
+            self.cache["is_gpu"] = bool(self.columns.on_gpu.any())
         return self.cache["is_gpu"]
 
     def gpu_events(self) -> list[Event]:
-        return [e for e in self.events if e.stream is not None]
+        return self.columns.events(np.flatnonzero(self.columns.on_gpu))
+
+    def step_index(self, pattern: str | None = None) -> np.ndarray:
+        """Row numbers of the step events (see :meth:`steps`)."""
+        c = self.columns
+        host = ~c.on_gpu
+        if pattern is not None:
+            return np.flatnonzero(host & c.name_mask(re.compile(pattern), "search"))
+        found = np.flatnonzero(host & c.name_mask(STEP_RE))
+        if not len(found):
+            found = np.flatnonzero(host & c.name_mask(ANNOTATED_STEP_RE))
+        return found
 
     def steps(self, pattern: str | None = None) -> list[Event]:
         """``ProfilerStep#N`` events; else annotated steps (``train_step_12``, ``step 3``);
         ``pattern`` (a regex) overrides both."""
-        if pattern is not None:
-            rx = re.compile(pattern)
-            return [e for e in self.events if e.stream is None and rx.search(e.name)]
-        found = [e for e in self.events if e.stream is None and STEP_RE.match(e.name)]
-        if not found:
-            found = [e for e in self.events if e.stream is None and ANNOTATED_STEP_RE.match(e.name)]
-        return found
+        return self.columns.events(self.step_index(pattern))
 
     def __repr__(self) -> str:
         kind = "GPU" if self.is_gpu else "CPU-only"
         rank = "?" if self.rank is None else self.rank
         return (f"Trace({Path(self.path).name}: rank {rank}/{self.world_size or '?'}, "
-                f"{self.backend or 'no'} backend, {kind}, {len(self.events)} events, "
-                f"{len(self.steps())} steps)")
+                f"{self.backend or 'no'} backend, {kind}, {len(self.columns)} events, "
+                f"{len(self.step_index())} steps)")
 
 
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"trace file not found: {path} — pass the .json or .json.gz written by "
-            "torch.profiler (prof.export_chrome_trace(...)).")
-    try:
-        if path.name.endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8") as fh:
-                return json.load(fh)
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"{path} is not a readable JSON chrome trace ({first}); re-export it with "
-                         "prof.export_chrome_trace(path) and check the file is complete.") from None
+def read_trace(path: str | Path, parser: str | None = None, keep_args: bool = False) -> Trace:
+    """Read one chrome-trace file into a :class:`Trace` (complete events only, sorted by start).
 
+    ``parser``: "msgspec" or "json" (the standard library); by default msgspec when it is
+    installed. ``trace.parser`` says which one ran."""
+    from ._trace_read import parse_file
 
-def _bad_event(raw: dict, index: int, path: Path) -> ValueError:
-    return ValueError(f"{path}: event {index} ({raw.get('name')!r}) has no numeric 'ts'/'dur' (or a "
-                      "negative 'dur'); the trace is damaged — record it again.")
-
-
-def read_trace(path: str | Path) -> Trace:
-    """Read one chrome-trace file into a :class:`Trace` (complete events only, sorted by start)."""
     path = Path(path)
-    data = _read_json(path)
-    if isinstance(data, list):  # the JSON-array flavour of the chrome trace format
-        data = {"traceEvents": data}
-    raw_events = data.get("traceEvents") if isinstance(data, dict) else None
-    if not isinstance(raw_events, list):
-        raise ValueError(f"{path} has no 'traceEvents' list: it is not a Kineto / torch.profiler "
-                         "chrome trace.")
-    events, threads = [], {}
-    new, append, number = tuple.__new__, events.append, (float, int)
-    for i, raw in enumerate(raw_events):
-        # hot loop (10^5 events): plain lookups, no Python-level calls
-        try:
-            ph = raw["ph"]
-        except (KeyError, TypeError):
-            continue
-        if ph == "X":
-            args = raw.get("args") or {}
-            ts, dur = raw.get("ts"), raw.get("dur", 0.0)
-            if ts.__class__ not in number or dur.__class__ not in number or dur < 0:
-                raise _bad_event(raw, i, path)
-            stream = args.get("stream")
-            if stream == -1:  # Kineto marks "no stream" with -1
-                stream = None
-            append(new(Event, (raw.get("name", ""), raw.get("cat", ""), ts, dur, raw.get("pid"),
-                               raw.get("tid"), stream, args.get("correlation"), args)))
-        elif ph == "M" and raw.get("name") == "thread_name":
-            threads[(raw.get("pid"), raw.get("tid"))] = str((raw.get("args") or {}).get("name", ""))
-    events.sort(key=_START)
-    info = data.get("distributedInfo") or {}
-    meta = {k: v for k, v in data.items() if k != "traceEvents"}
-    return Trace(str(path), events, info.get("rank"), info.get("world_size"), info.get("backend"),
-                 threads, meta)
+    columns, threads, meta, used = parse_file(path, parser, keep_args)
+    info = meta.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    return Trace(str(path), None, info.get("rank"), info.get("world_size"), info.get("backend"),
+                 threads, meta, columns=columns, parser=used)
+
+
+RANK_IN_NAME_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def rank_from_name(path: str | Path) -> int | None:
+    """The rank written in a file name (``rank-3.json.gz``, ``trace_rank7.json``), else None."""
+    m = RANK_IN_NAME_RE.search(Path(path).name)
+    return int(m.group(1)) if m else None
 
 
 def trace_files(folder: Path) -> list[Path]:
-    """The ``.json`` / ``.json.gz`` files of a folder, one per rank."""
+    """The ``.json`` / ``.json.gz`` files of a folder (``rank-N.json.gz``, the profiler's
+    ``host_pid.<time>.pt.trace.json``, ...), one per rank."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"trace folder not found: {folder}")
     files = sorted(p for p in folder.iterdir() if p.is_file()
                    and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
     if not files:
-        raise FileNotFoundError(f"no .json or .json.gz trace files in folder {folder}")
+        raise FileNotFoundError(f"no .json or .json.gz trace files in folder {folder}; point at the "
+                                "folder torch.profiler wrote (one file per rank)")
     return files

@@ -1,7 +1,9 @@
 """Chapter 4 — reading the timeline: from a profiler trace to where each step's time went.
 
 * :func:`load_trace` reads Kineto / ``torch.profiler`` chrome traces (CPU-only or GPU, one
-  file or one file per rank).
+  file or one file per rank, a folder of ranks in a process pool) into numpy columns;
+  :func:`analyse_ranks` (or :func:`temporal_breakdown` of a folder) gives a per-rank table
+  and the straggler summary.
 * Interval algebra (:func:`merge_intervals`, :func:`overlap`, :func:`exposed`, ...) is the
   arithmetic behind every number here.
 * :func:`step_breakdown` splits each step's wall time into compute, exposed communication,
@@ -14,31 +16,40 @@
   2-process gloo recorder from :mod:`helpers._ddp`.
 
 Times in traces are microseconds; breakdown fields say their unit in their name.
-Benchmark against HTA: ``python -m helpers.timeline bench TRACE [--hta-python PY]``.
+Benchmark against HTA: ``python -m helpers.timeline bench TRACE [--hta-python PY]``; the
+figures of the last recorded run: :func:`benchmark_result`.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 from ._ddp import record_ddp
 from ._intervals import (
     _merge,
+    as_list,
     clip,
     cut,
     exposed,
     gaps,
     intersect,
+    intersect_arrays,
+    merge_arrays,
     merge_intervals,
     overlap,
     subtract,
+    union_arrays,
     union_length,
 )
+from ._ranks import RankReport, RankRow, load_many, rank_report, run_per_file
 from ._schedule import (
     PipelineSchedule,
     alpha_beta_time,
@@ -58,6 +69,7 @@ from ._schedule import (
     stage_times,
     step_with_overlap,
 )
+from ._timeline_bench import benchmark_result
 from ._timeline_plot import plot_pipeline, plot_timeline
 from ._trace import (
     COMM_KERNEL_RE,
@@ -66,9 +78,11 @@ from ._trace import (
     NOT_COMPUTE_RE,
     Event,
     Trace,
+    rank_from_name,
     read_trace,
     trace_files,
 )
+from ._trace_read import json_parser
 
 __all__ = [
     "Event", "Trace", "load_trace", "example_traces", "record_ddp",
@@ -79,24 +93,33 @@ __all__ = [
     "bucketed_allreduce_time", "overlapped_backward", "min_exposed", "max_saving", "step_with_overlap",
     "bubble_fraction", "min_microbatches", "stage_times", "optimal_splits", "balance_stages",
     "PipelineSchedule", "simulate_pipeline", "plot_timeline", "plot_pipeline", "intervals", "cut",
+    "analyse_ranks", "RankReport", "RankRow", "json_parser", "benchmark_result",
 ]
 
 
-def load_trace(path: str | Path | Sequence[str | Path]) -> Trace | list[Trace]:
+def load_trace(path: str | Path | Sequence[str | Path], jobs: int | None = None,
+               parser: str | None = None, keep_args: bool = False) -> Trace | list[Trace]:
     """Read a ``torch.profiler`` chrome trace (``.json`` / ``.json.gz``).
 
     A file gives one :class:`Trace`; a folder or a list of files gives one trace per rank,
-    sorted by rank. Missing or damaged files raise a one-line error saying what to do.
+    sorted by rank, read by ``jobs`` processes (default: one per core once the files pass
+    ~16 MB; below that, one). Missing or damaged
+    files raise a one-line error naming them. ``parser`` is "msgspec" (the default when it is
+    installed) or "json"; ``keep_args=True`` keeps every event argument in ``Event.args``
+    (slower; by default only ``stream`` and ``correlation``).
     """
     if isinstance(path, (list, tuple)):
         if not path:
             raise ValueError("load_trace got an empty list; pass a file, a folder or a list of files")
-        traces = [read_trace(p) for p in path]
+        files = [Path(p) for p in path]
     elif Path(path).is_dir():
-        traces = [read_trace(p) for p in trace_files(Path(path))]
+        files = trace_files(Path(path))
     else:
-        return read_trace(path)
-    return sorted(traces, key=lambda t: (t.rank is None, t.rank if t.rank is not None else 0, t.path))
+        return read_trace(path, parser, keep_args)
+    traces = load_many(files, jobs, parser, keep_args)
+    return sorted(traces, key=lambda t: (t.rank is None, t.rank if t.rank is not None else 0,
+                                         rank_from_name(t.path) is None, rank_from_name(t.path) or 0,
+                                         t.path))
 
 
 def example_traces(name: str = "ddp_balanced") -> list[Path]:
@@ -117,16 +140,19 @@ EXAMPLE_SLOW_S = 0.1
 
 # --------------------------------------------------------------------------- classification
 
-def _cpu_threads(trace: Trace) -> set:
-    """The training thread(s): those that own the steps, else the busiest cpu_op thread."""
-    owners = {(e.pid, e.tid) for e in trace.steps()}
-    if owners:
+def _cpu_threads(trace: Trace) -> np.ndarray:
+    """Thread codes of the training thread(s): those that own the steps, else the busiest
+    cpu_op thread (ties: the one seen first)."""
+    c = trace.columns
+    owners = np.unique(c.thread[trace.step_index()])
+    if len(owners):
         return owners
-    busy: dict = {}
-    for e in trace.events:
-        if e.cat == "cpu_op":
-            busy[(e.pid, e.tid)] = busy.get((e.pid, e.tid), 0.0) + e.dur
-    return {max(busy, key=busy.get)} if busy else set()
+    ops = c.thread[c.cat_mask("cpu_op")]
+    if not len(ops):
+        return owners
+    busy = np.bincount(ops, weights=c.dur[c.cat_mask("cpu_op")], minlength=len(c.threads))
+    best = np.flatnonzero(busy == busy.max())
+    return ops[np.isin(ops, best)][:1]
 
 
 def _classes(trace: Trace) -> tuple[str, dict[str, list[tuple[float, float]]]]:
@@ -134,25 +160,20 @@ def _classes(trace: Trace) -> tuple[str, dict[str, list[tuple[float, float]]]]:
     computed once per trace."""
     if "classes" in trace.cache:
         return trace.cache["classes"]
-    iv: dict[str, list[tuple[float, float]]] = {"compute": [], "comm": [], "other": [], "data": []}
-    gpu = trace.is_gpu
-    main = set() if gpu else _cpu_threads(trace)
-    for e in trace.events:
-        span = (e.ts, e.ts + e.dur)
-        if e.stream is not None:
-            if COMM_KERNEL_RE.match(e.name):
-                iv["comm"].append(span)
-            elif NOT_COMPUTE_RE.match(e.name):
-                iv["other"].append(span)
-            else:
-                iv["compute"].append(span)
-        elif DATA_RE.search(e.name):
-            iv["data"].append(span)
-        elif not gpu and CPU_COMM_RE.match(e.name):
-            iv["comm"].append(span)
-        elif not gpu and e.cat == "cpu_op" and (e.pid, e.tid) in main:
-            iv["compute"].append(span)
-    iv = {k: _merge(v) for k, v in iv.items()}
+    c, gpu = trace.columns, trace.is_gpu
+    device, host = c.on_gpu, ~c.on_gpu
+    comm = device & c.name_mask(COMM_KERNEL_RE)
+    other = device & ~comm & c.name_mask(NOT_COMPUTE_RE)
+    compute = device & ~comm & ~other
+    data = host & c.name_mask(DATA_RE, "search")
+    if not gpu:
+        cpu_comm = host & ~data & c.name_mask(CPU_COMM_RE)
+        comm |= cpu_comm
+        compute |= (host & ~data & ~cpu_comm & c.cat_mask("cpu_op")
+                    & np.isin(c.thread, _cpu_threads(trace)))
+    start, end = c.ts, c.end
+    iv = {k: as_list(*merge_arrays(start[m], end[m]))
+          for k, m in (("compute", compute), ("comm", comm), ("other", other), ("data", data))}
     if not gpu:  # on a CPU the operators of the data loader are data loading, not model compute
         iv["compute"] = subtract(iv["compute"], iv["data"])
     trace.cache["classes"] = ("gpu" if gpu else "cpu"), iv
@@ -217,10 +238,10 @@ def step_breakdown(trace: Trace, step_pattern: str | None = None) -> list[StepBr
         raise TypeError("step_breakdown takes one Trace; for several ranks loop over them")
     basis, iv = _classes(trace)
     steps = trace.steps(step_pattern)
-    if not trace.events:
+    if not len(trace.columns):
         raise ValueError(f"{trace.path} holds no complete events: nothing to break down")
     windows = [(s.name, s.ts, s.end) for s in steps] or [
-        ("whole trace", trace.events[0].ts, max(e.end for e in trace.events))]
+        ("whole trace", float(trace.columns.ts[0]), float(trace.columns.end.max()))]
     return [_window(trace, iv, basis, *w) for w in windows]
 
 
@@ -365,28 +386,28 @@ class TemporalBreakdown:
                 f"{self.non_compute_pct:.2f}%")
 
 
-def _hta_device_intervals(trace: Trace) -> tuple[list, list, list]:
-    """(all, compute, comm) device intervals with HTA's rounding and steady-state filter."""
-    steps = [s for s in trace.steps() if s.name.startswith("ProfilerStep")]
-    keep = None
+_PROFILER_STEP_RE = re.compile("ProfilerStep")
+
+
+def _hta_device_intervals(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, is compute, is comm) of the device events, with HTA's rounding and
+    steady-state filter, vectorised over the trace's columns."""
+    c = trace.columns
+    steps = trace.step_index()
+    steps = steps[c.name_mask(_PROFILER_STEP_RE)[steps]]
+    keep = c.on_gpu
     if len(steps) >= 2:  # drop the last step: keep kernels launched before it starts
-        last = math.ceil(max(s.ts for s in steps))
+        last = math.ceil(c.ts[steps].max())
         # ceil(ts) < last  <=>  ts <= last - 1, for an integer `last`
-        keep = {e.correlation for e in trace.events
-                if e.stream is None and e.correlation is not None and e.ts <= last - 1}
-    every, compute, comm = [], [], []
-    ceil, floor = math.ceil, math.floor
-    for e in trace.events:
-        if e.stream is None or (keep is not None and e.correlation not in keep):
-            continue
-        start = ceil(e.ts)  # HTA rounds a start up and an end down to whole microseconds
-        span = (start, max(start, floor(e.ts + e.dur)))
-        every.append(span)
-        if COMM_KERNEL_RE.match(e.name):
-            comm.append(span)
-        elif not NOT_COMPUTE_RE.match(e.name):
-            compute.append(span)
-    return every, compute, comm
+        launched = np.zeros(len(c.corrs), bool)
+        launched[c.corr[~c.on_gpu & (c.corr >= 0) & (c.ts <= last - 1)]] = True
+        keep = keep & (c.corr >= 0)
+        keep[keep] = launched[c.corr[keep]]
+    ts = c.ts[keep]
+    start = np.ceil(ts)  # HTA rounds a start up and an end down to whole microseconds
+    end = np.maximum(start, np.floor(ts + c.dur[keep]))
+    comm = c.name_mask(COMM_KERNEL_RE)[keep]
+    return start, end, ~comm & ~c.name_mask(NOT_COMPUTE_RE)[keep], comm
 
 
 def _cpu_device_intervals(trace: Trace) -> tuple[list, list, list]:
@@ -399,50 +420,107 @@ def _cpu_device_intervals(trace: Trace) -> tuple[list, list, list]:
     return iv["compute"] + iv["comm"], iv["compute"], iv["comm"]
 
 
-def _device_intervals(trace: Trace) -> tuple[str, list, list, list]:
+def _length(union: tuple[np.ndarray, np.ndarray]) -> float:
+    # summed in Python, in order, as union_length does: the same float to the last bit
+    return sum((union[1] - union[0]).tolist())
+
+
+def _device_intervals(trace: Trace) -> tuple[str, float, tuple, tuple, tuple]:
+    """(basis, kernel time, union of all device work, of compute, of communication)."""
     if "device" not in trace.cache:
         if trace.is_gpu:
-            trace.cache["device"] = ("gpu kernels", *_hta_device_intervals(trace))
+            start, end, compute, comm = _hta_device_intervals(trace)
+            basis = "gpu kernels"
         else:
-            every, compute, comm = _cpu_device_intervals(trace)
-            if not every:
+            every, *parts = (np.array(iv, dtype=float).reshape(-1, 2)
+                             for iv in _cpu_device_intervals(trace))
+            if not len(every):
                 raise ValueError(f"{Path(trace.path).name} has neither GPU kernels nor CPU operators: "
                                  "record it with torch.profiler (activities CPU and, on a GPU, CUDA)")
-            trace.cache["device"] = ("cpu threads", every, compute, comm)
+            start, end = every[:, 0], every[:, 1]
+            compute = np.arange(len(every)) < len(parts[0])  # every = compute + comm
+            comm, basis = ~compute, "cpu threads"
+        span = float(end.max() - start.min()) if len(start) else None
+        trace.cache["device"] = (basis, span, union_arrays(start, end),
+                                 union_arrays(start[compute], end[compute]),
+                                 union_arrays(start[comm], end[comm]))
     return trace.cache["device"]
 
 
-def temporal_breakdown(trace: Trace | Sequence[Trace]) -> TemporalBreakdown | list[TemporalBreakdown]:
+def temporal_breakdown(trace: Trace | Sequence[Trace] | str | Path, jobs: int | None = None
+                       ) -> TemporalBreakdown | list[TemporalBreakdown] | RankReport:
     """Idle / compute / non-compute time as HTA defines it.
 
     kernel time = last device event end − first start; idle = kernel time − |union of device
     events|; compute = |union of computation kernels|; non-compute = the rest. On a CPU-only
     trace (where HTA itself fails) the same rules run over the training thread's operators and
-    the collectives (``basis = "cpu threads"``).
+    the collectives (``basis = "cpu threads"``). A file path is loaded first; a folder of
+    rank files gives :func:`analyse_ranks`'s report (``jobs`` processes).
     """
+    if isinstance(trace, (str, Path)):
+        return analyse_ranks(trace, jobs) if Path(trace).is_dir() else temporal_breakdown(load_trace(trace))
     if not isinstance(trace, Trace):
         return [temporal_breakdown(t) for t in trace]
-    basis, every, compute, _ = _device_intervals(trace)
-    if not every:
+    basis, span, every, compute, _ = _device_intervals(trace)
+    if span is None:
         raise ValueError(f"{Path(trace.path).name}: no device events left after HTA's steady-state "
                          "filter (is the last ProfilerStep the only one with kernels?)")
-    span = max(e for _, e in every) - min(s for s, _ in every)
-    busy, comp = union_length(every), union_length(compute)
+    busy, comp = _length(every), _length(compute)
+    if basis == "gpu kernels":  # whole microseconds, as HTA
+        span, busy, comp = int(span), int(busy), int(comp)
     idle = span - busy
     return TemporalBreakdown(basis, span, idle, comp, span - comp - idle, trace.rank)
 
 
-def comm_comp_overlap(trace: Trace | Sequence[Trace]) -> float | dict[int | None, float]:
+def comm_comp_overlap(trace: Trace | Sequence[Trace] | str | Path, jobs: int | None = None
+                      ) -> float | dict[int | None, float | None]:
     """HTA's communication/computation overlap, in percent (2 decimals): the time when
-    communication and computation run together ÷ the communication time."""
+    communication and computation run together ÷ the communication time. A folder of rank
+    files gives ``{rank: overlap}`` (None for a rank without communication)."""
+    if isinstance(trace, (str, Path)):
+        if Path(trace).is_dir():
+            return {row.rank: row.overlap_pct for row in analyse_ranks(trace, jobs).rows}
+        return comm_comp_overlap(load_trace(trace))
     if not isinstance(trace, Trace):
         return {t.rank: comm_comp_overlap(t) for t in trace}
-    _, _, compute, comm = _device_intervals(trace)
-    total = union_length(comm)
+    basis, _, _, compute, comm = _device_intervals(trace)
+    total = _length(comm)
     if total == 0:
         raise ValueError(f"{Path(trace.path).name} holds no communication (no NCCL kernels, no "
                          "gloo/c10d collectives): overlap is undefined for a single-process run")
-    return round(100 * overlap(comm, compute) / total, 2)
+    both = _length(intersect_arrays(comm, compute))
+    if basis == "gpu kernels":
+        total, both = int(total), int(both)
+    return round(100 * both / total, 2)
+
+
+# --------------------------------------------------------------------------- many ranks
+
+def _rank_row(path: Path, parser: str | None = None) -> RankRow:
+    """One rank file's figures (run in a worker process by :func:`analyse_ranks`)."""
+    t = read_trace(path, parser)
+    tb = temporal_breakdown(t)
+    try:
+        ov = comm_comp_overlap(t)
+    except ValueError:  # no communication on this rank: no overlap to report
+        ov = None
+    steps = step_breakdown(t)
+    return RankRow(t.rank if t.rank is not None else rank_from_name(path), path.name, t.parser,
+                   len(t.columns), len(steps), tb.basis, tb.kernel_time_us, tb.idle_pct, tb.compute_pct,
+                   tb.non_compute_pct, ov, statistics.fmean(b.duration_us for b in steps),
+                   statistics.fmean(b.exposed_comm_us for b in steps),
+                   statistics.fmean(b.duration_us - b.exposed_comm_us for b in steps))
+
+
+def analyse_ranks(folder: str | Path | Sequence[str | Path], jobs: int | None = None,
+                  parser: str | None = None) -> RankReport:
+    """Every rank file of a folder (or a list of files), analysed by ``jobs`` processes
+    (default as in :func:`load_trace`): a :class:`RankReport` with one :class:`RankRow` per rank (HTA's
+    temporal breakdown and overlap, mean step time and exposed communication) and the
+    straggler summary. A file that fails is named in ``report.failed``; the others still count."""
+    files = [Path(p) for p in folder] if isinstance(folder, (list, tuple)) else trace_files(Path(folder))
+    rows, failed = run_per_file(_rank_row, files, jobs, parser)
+    return rank_report(str(folder), rows, failed)
 
 
 def intervals(trace: Trace, kind: str, step: int | None = None) -> list[tuple[float, float]]:
