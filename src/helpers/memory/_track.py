@@ -214,7 +214,7 @@ def _optimizer_for(optimizer: Any, model: nn.Module) -> torch.optim.Optimizer:
 def track(model: Any, optimizer: Any = "adamw", step_fn: Callable[..., Any] | None = None, *,
           fake: bool = True, batch_size: int = 8, seq_len: int | None = None,
           inputs: Callable[[], Sequence[torch.Tensor]] | None = None, steps: int = 1,
-          prime: bool | None = None, device: str | torch.device = "cpu", autocast: str | None = None,
+          prime: bool | None = None, device: str | torch.device = "auto", autocast: str | None = None,
           _fast: bool = True) -> StepMemory:
     """Track the memory of whole training steps by category with ``MemTracker``.
 
@@ -239,10 +239,14 @@ def track(model: Any, optimizer: Any = "adamw", step_fn: Callable[..., Any] | No
     kernels (cuBLAS, attention), so measured CUDA peaks run somewhat higher.
     """
     _count(steps=steps, batch_size=batch_size)
-    dev = resolve_device(device)
-    if fake and dev.type != "cpu":
-        raise ValueError("fake=True tracks on the CPU device (fake tensors have no data, so the "
-                         "device changes nothing but allocator rounding); use device='cpu'")
+    if fake:
+        if str(device) not in ("cpu", "auto"):
+            raise ValueError("fake=True tracks on the CPU device (fake tensors have no data, so the "
+                             f"device changes nothing but allocator rounding); got device={device!r}, "
+                             "use device='cpu'")
+        dev = torch.device("cpu")
+    else:
+        dev = resolve_device(device)
     amp = None
     if autocast:
         from .. import hardware
