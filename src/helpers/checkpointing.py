@@ -174,13 +174,23 @@ def estimate(config: Any, batch: int, seq_len: int, plan: str) -> dict[str, int]
             "recompute_flops": recompute_flops(config, batch, seq_len, plan)}
 
 
+def plans_within(config: Any, batch: int, seq_len: int, budget_bytes: float,
+                 plans: Sequence[str] = MENU) -> list[str | None]:
+    """Every plan whose saved bytes fit ``budget_bytes`` with the fewest recomputed FLOPs (ties
+    all listed, in ``plans`` order); ``[None]`` when no plan fits."""
+    fitting = [(p, estimate(config, batch, seq_len, p)) for p in plans]
+    fitting = [(p, e["recompute_flops"]) for p, e in fitting if e["saved_bytes"] <= budget_bytes]
+    if not fitting:
+        return [None]
+    least = min(flops for _, flops in fitting)
+    return [p for p, flops in fitting if flops == least]
+
+
 def choose_plan(config: Any, batch: int, seq_len: int, budget_bytes: float,
                 plans: Sequence[str] = MENU) -> str | None:
     """The plan whose saved bytes fit ``budget_bytes`` with the fewest recomputed FLOPs
     (the first such in ``plans`` on a tie); None when no plan fits."""
-    fitting = [(estimate(config, batch, seq_len, p), i, p) for i, p in enumerate(plans)]
-    fitting = [(e["recompute_flops"], i, p) for e, i, p in fitting if e["saved_bytes"] <= budget_bytes]
-    return min(fitting)[2] if fitting else None
+    return plans_within(config, batch, seq_len, budget_bytes, plans)[0]
 
 
 def utilization(config: Any, batch: int, seq_len: int, plan: str, step_time_s: float,
@@ -272,9 +282,10 @@ class GradientCheck:
 
 def check_gradients(config: Any = "tiny", plan: str = "every", *, dropout: float = 0.0,
                     preserve_rng_state: bool = True, training: bool = True, batch: int = 2,
-                    seq_len: int | None = None, seed: int = 0) -> GradientCheck:
+                    seq_len: int | None = 32, seed: int = 0) -> GradientCheck:
     """One forward and backward with and without ``plan`` from the same weights, batch and
-    random seed; compares every gradient with ``torch.testing.assert_close``."""
+    random seed; compares every gradient with ``torch.testing.assert_close``. ``seq_len=None``
+    is the config's context length."""
     cfg = models.get_config(config, dropout=dropout)
     idx, targets = models.make_batch(cfg, batch, seq_len)
     grads = []
