@@ -140,3 +140,17 @@ def test_compare_plans_on_the_cpu():
     assert rows[1].saved_bytes < rows[0].saved_bytes and rows[1].executed_flops > rows[0].executed_flops
     text = ck.format_plans(rows)
     assert text.count("\n") == 3 and "every" in text
+
+
+def test_spelled_out_attention_and_dropout_in_eval_mode_change_no_output():
+    cfg = models.get_config("tiny")
+    idx, _ = models.make_batch(cfg, 2)
+    fused = models.build_model(cfg).eval()
+    for overrides in ({"attention": "math"}, {"attention": "math", "dropout": 0.3}, {"dropout": 0.3}):
+        other = models.build_model(models.get_config("tiny", **overrides)).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(other(idx), fused(idx), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="attention must be one of sdpa, math"):
+        models.get_config("tiny", attention="flash")
+    with pytest.raises(ValueError, match="dropout must be a probability"):
+        models.get_config("tiny", dropout=1.0)

@@ -355,3 +355,34 @@ def applied(model: nn.Module, plan: str, **kwargs: Any):
         yield model
     finally:
         apply(model, before)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m helpers.checkpointing``: every plan of the course model, measured side by side."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m helpers.checkpointing", description=main.__doc__)
+    parser.add_argument("--config", default="tiny", help="course config (default: tiny)")
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--attention", default="math", help="sdpa | math")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=None)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--iters", type=int, default=10)
+    args = parser.parse_args(argv)
+    try:
+        cfg = models.get_config(args.config, n_layers=args.layers, attention=args.attention)
+        rows = compare_plans(cfg, args.batch, args.seq, MENU, device=args.device, iters=args.iters)
+    except (ValueError, TypeError, KeyError, RuntimeError) as exc:
+        print(f"error: {exc}")
+        return 2
+    print(models.describe(cfg) + f", attention {cfg.attention}, batch {args.batch}")
+    print(format_plans(rows))
+    base = rows[0].step.median
+    print("step time / plan 'none' (medians of this run): "
+          + ", ".join(f"{r.plan} {r.step.median / base:.2f}x" for r in rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

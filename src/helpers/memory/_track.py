@@ -13,9 +13,10 @@ Two things about ``MemTracker`` shape this module:
 * it refuses to see a module's forward twice (a second iteration) unless its module
   statistics are reset, so every step after the first calls ``reset_mod_stats()``;
 * on every operator it updates the peak of every module seen so far — work that grows with
-  depth × operators, minutes for a 48-layer model. A step's peak needs none of it, so
-  :class:`_StepTracker` keeps only the whole-step peak (and each category's own high-water
-  mark). The result equals stock ``MemTracker``'s peak snapshot (tested).
+  depth × operators. A step's peak needs none of it, so :class:`_StepTracker` keeps only the
+  whole-step peak (and each category's own high-water mark). The result equals stock
+  ``MemTracker``'s peak snapshot (tested); ``python -m helpers.memory bench CONFIG`` times
+  both (GPT-2 XL, 48 layers: 105 s against 18 s in one run on a busy 2-core machine).
 """
 
 from __future__ import annotations
