@@ -83,26 +83,31 @@ def plot_estimates(bars: dict[str, dict[str, int]], capacity: float | None = Non
                    title: str = "") -> Any:
     """Stacked bars (GB) of :func:`estimate` results, one per label, and a capacity line."""
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7.2, 4.2))
     labels = list(bars)
+    top = 0.0
     for i, label in enumerate(labels):
         bottom = 0.0
         alpha = 1.0 if highlight in (None, label) else 0.35
         for key, color in PARTS:
             value = bars[label].get(key, 0) / GB
-            ax.bar(i, value, bottom=bottom, color=color, alpha=alpha,
-                   label=key.replace("_", " ") if i == 0 else None)
+            ax.bar(i, value, bottom=bottom, color=color, alpha=alpha)
             bottom += value
         ax.annotate(f"{bottom:,.1f}", (i, bottom), ha="center", va="bottom", fontsize=8)
+        top = max(top, bottom)
     if capacity is not None:
         ax.axhline(capacity / GB, color="black", ls="--", lw=1.2)
         ax.annotate(capacity_label, (len(labels) - 0.5, capacity / GB), ha="right", va="bottom", fontsize=8)
+        top = max(top, capacity / GB)
+    ax.set_ylim(0, top * 1.12)
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylabel("GB per GPU (10⁹ bytes)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="upper left")
+    handles = [Patch(color=color, label=key.replace("_", " ")) for key, color in PARTS]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(True, axis="y", alpha=0.3)
     return ax
 
@@ -170,7 +175,7 @@ class MemoryExplorer:
 
         spec = hardware.get_device(self.device.value)
         bars = {mode: self.current(mode) for mode in RECOMPUTE}
-        fig, ax = plt.subplots(figsize=(7.2, 4.2))
+        fig, ax = plt.subplots(figsize=(8.4, 4.2), layout="constrained")
         plot_estimates({f"recompute\n{m}": v for m, v in bars.items()}, spec.memory_gb * GB,
                        highlight=f"recompute\n{self.recompute.value}",
                        capacity_label=f"{spec.name}: {spec.memory_gb:g} GB", ax=ax, title=self._title())
