@@ -125,7 +125,8 @@ def cuda_memory(fn: Callable[[], Any], *, device: str | torch.device = "cuda",
     before = torch.cuda.memory_allocated(dev)
     recording = False
     if history:
-        torch.cuda.memory._record_memory_history(max_entries=max_entries)
+        # Python frames only: C++ stack unwinding per allocation would slow the step down
+        torch.cuda.memory._record_memory_history(max_entries=max_entries, stacks="python")
         recording = True
     try:
         fn()
