@@ -299,3 +299,10 @@ def test_explorer_redraws_and_says_what_fits():
     assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(bundle)
     with pytest.raises(KeyError, match="no model preset"):
         memory.MemoryExplorer(model="GPT-5")
+
+
+def test_big_course_configs_have_their_published_sizes():
+    # GPT-2 XL: 1,557,611,200 parameters with the 50,257-token vocabulary; the course pads it to
+    # 50,304 (47 more rows of 1,600). GPT-3 6.7B (Brown et al. 2020, table 2.1): about 6.7e9.
+    assert models.CONFIGS["gpt2-xl"].num_params() == 1_557_611_200 + 47 * 1600
+    assert round(models.CONFIGS["gpt3-6.7b"].num_params() / 1e9, 1) == 6.7
