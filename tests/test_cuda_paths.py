@@ -433,6 +433,80 @@ def test_record_ddp_on_cuda_runs_ranks_as_fresh_processes(gpu, monkeypatch, tmp_
     assert [p.name for p in paths["one_slow"]] == ["rank0.json.gz", "rank1.json.gz"]
 
 
+# --------------------------------------------------------------------------- memory / checkpointing
+
+@pytest.fixture
+def allocator(gpu, monkeypatch):
+    """The caching allocator's counters and its recorded history, as a CUDA build has them."""
+    state = {"allocated": 1_000, "reserved": 4_096}
+    trace = [{"action": "alloc", "size": 2_000, "time_us": 10},
+             {"action": "alloc", "size": 3_000, "time_us": 30},
+             {"action": "free_requested", "size": 2_000, "time_us": 40},
+             {"action": "free_completed", "size": 2_000, "time_us": 50}]
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: state["allocated"])
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: state["reserved"])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history",
+                        lambda enabled="all", **kw: gpu.log.append(f"history {enabled}"))
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda device=None: gpu.log.append("snapshot")
+                        or {"segments": [], "device_traces": [trace]})
+    return state
+
+
+def test_cuda_memory_resets_the_peak_records_history_and_saves_a_snapshot(gpu, allocator, tmp_path):
+    import pickle
+
+    from helpers import memory
+
+    def step():
+        gpu.work(1.0, peak_bytes=6_000)
+        allocator.update(allocated=4_000, reserved=8_192)
+
+    result = memory.cuda_memory(step, snapshot=tmp_path / "snap.pickle")
+    assert gpu.log == ["sync", "reset_peak", "history all", "work", "sync", "snapshot", "history None"]
+    assert (result.allocated_before, result.allocated_after, result.reserved_after, result.peak) == \
+        (1_000, 4_000, 8_192, 6_000)
+    assert result.timeline == [(0.0, 3_000), (0.02, 6_000), (0.04, 4_000)]  # from the 1 000 already there
+    with open(result.snapshot_path, "rb") as f:
+        assert pickle.load(f)["device_traces"][0][0]["size"] == 2_000
+    assert "cached, not leaked" in str(result) and "memory_viz" in str(result)
+
+
+def test_cuda_memory_stops_recording_when_the_step_fails(gpu, allocator):
+    from helpers import memory
+
+    def broken():
+        raise RuntimeError("CUDA out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        memory.cuda_memory(broken, snapshot=None)
+    assert gpu.log[-1] == "history None"
+    assert memory.cuda_memory(lambda: None, history=False, snapshot=None).timeline == []
+
+
+def test_compare_plans_on_a_gpu_reads_each_plans_cuda_peak(gpu, allocator, monkeypatch):
+    from helpers import checkpointing
+
+    build, batch = models.build_model, models.make_batch
+    monkeypatch.setattr(models, "build_model", lambda cfg, dev: build(cfg, "cpu"))
+    monkeypatch.setattr(models, "make_batch", lambda cfg, b, s, dev: batch(cfg, b, s, "cpu"))
+    real_step = models.make_train_step
+
+    def step_on_the_gpu(model, batch):  # the real step, plus device work with the plan's peak
+        step = real_step(model, batch)
+        peak = {"none": 9_000, "every": 3_000}[checkpointing.current_plan(model)]
+        return lambda: (step(), gpu.work(0.0, peak))[0]
+
+    monkeypatch.setattr(models, "make_train_step", step_on_the_gpu)
+    gpu.tick_ms = 1.0
+    rows = checkpointing.compare_plans("tiny", 2, 16, ["none", "every"], device="cuda", iters=2, warmup=1)
+    assert [r.cuda_peak for r in rows] == [9_000, 3_000]  # each plan's own peak, read after a reset
+    assert all(r.step.samples == [0.001, 0.001] for r in rows)  # CUDA events, not the host clock
+    resets = [i for i, e in enumerate(gpu.log) if e == "reset_peak"]
+    assert len(resets) == 4 and gpu.log[resets[1] + 1] == "work"  # cuda_memory: reset, then the step
+    assert "CUDA peak" in checkpointing.format_plans(rows)
+
+
 # --------------------------------------------------------------------------- coverage guard
 
 COVERED = {  # function -> the test(s) above that exercise its CUDA branch
@@ -457,6 +531,8 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
     "nvtx._demo_main": "test_nvtx_demo_loop_runs_on_the_gpu_with_a_capture_window",
     "nsys.example_or_capture": "test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples",
     "_ddp.record_ddp": "test_record_ddp_on_cuda_runs_ranks_as_fresh_processes",
+    "memory._cuda.cuda_memory": "test_cuda_memory_resets_the_peak_records_history_and_saves_a_snapshot",
+    "checkpointing.compare_plans": "test_compare_plans_on_a_gpu_reads_each_plans_cuda_peak",
 }
 # CUDA code no CPU test can run, with the reason; the GPU script is where it is proven.
 NOT_ON_CPU = {
@@ -465,9 +541,13 @@ NOT_ON_CPU = {
 
 
 def cuda_functions(src: Path = ROOT / "src" / "helpers") -> set[str]:
-    """Top-level functions and classes of helpers whose code mentions torch.cuda or a "cuda" device."""
+    """Top-level functions and classes of helpers whose code mentions torch.cuda or a "cuda" device.
+
+    Modules of a chapter subpackage are named by their dotted path (``memory._cuda.cuda_memory``)."""
     found = set()
-    for path in sorted(src.glob("*.py")):
+    for path in sorted(src.rglob("*.py")):
+        stem = ".".join(path.relative_to(src).with_suffix("").parts)
+        stem = stem.removesuffix(".__init__")
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in tree.body:
             if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
@@ -479,7 +559,7 @@ def cuda_functions(src: Path = ROOT / "src" / "helpers") -> set[str]:
                 const = isinstance(sub, ast.Constant) and sub.value in ("cuda", "torch.cuda.nvtx")
                 if attr or const or (isinstance(sub, ast.ImportFrom) and any(
                         a.name == "_nvtx" for a in sub.names)):
-                    found.add(f"{path.stem}.{node.name}")
+                    found.add(f"{stem}.{node.name}")
                     break
     return found
 

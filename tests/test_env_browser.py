@@ -49,9 +49,10 @@ NOTEBOOK_TIMEOUT_S = 240
 # ---------------------------------------------------------------------------- what to cover
 
 def widget_builders(src: Path = ROOT / "src" / "helpers") -> set[str]:
-    """Names of the classes/functions in ``helpers`` whose body imports ipywidgets."""
+    """Names of the classes/functions in ``helpers`` (chapter subpackages included) whose body
+    imports ipywidgets."""
     names: set[str] = set()
-    for path in sorted(src.glob("*.py")):
+    for path in sorted(src.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and not node.name.startswith("_"):

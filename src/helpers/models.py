@@ -1,10 +1,15 @@
 """The course model: a small decoder-only transformer (GPT-2 style) whose size is a config.
 
-Two named configs: ``"tiny"`` runs a training step in milliseconds on a 2-core CPU (CI,
+Named configs: ``"tiny"`` runs a training step in milliseconds on a 2-core CPU (CI,
 free Colab); ``"gpt2-small"`` is GPT-2 small's shape (12 layers, d_model 768, 12 heads,
-context 1024, about 124M parameters) for a GPU. Attention uses
-``torch.nn.functional.scaled_dot_product_attention`` with a causal mask, so the model takes
-the fused attention kernels where the device has them.
+context 1024, about 124M parameters) for a GPU; ``"gpt2-xl"`` (1.5B) and ``"gpt3-6.7b"``
+(a 7B-class shape) are for memory accounting with fake tensors (chapter 5), never for a
+CPU run. Attention uses ``torch.nn.functional.scaled_dot_product_attention`` with a causal
+mask, so the model takes the fused attention kernels where the device has them;
+``attention="math"`` spells the same attention out (scores, softmax, weighted sum), which
+keeps the seq_len × seq_len score matrix for the backward pass as unfused kernels do.
+``dropout`` adds dropout on the attention probabilities and after each sub-layer
+(GPT-2's places), so checkpointing's RNG handling can be tested (chapter 6).
 
 Parameter conventions (they matter for 6·N·tokens):
 
@@ -18,6 +23,7 @@ Parameter conventions (they matter for 6·N·tokens):
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -40,6 +46,8 @@ class GPTConfig:
     n_heads: int = 4
     mlp_ratio: int = 4
     name: str = "custom"
+    attention: str = "sdpa"  # "sdpa" (fused where the device has it) or "math" (spelled out)
+    dropout: float = 0.0  # on attention probabilities and after each sub-layer, in training
 
     def __post_init__(self) -> None:
         count(**{f"GPTConfig.{field_name}": getattr(self, field_name) for field_name in
@@ -47,6 +55,12 @@ class GPTConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                              "pick n_heads that divides d_model.")
+        if self.attention not in ATTENTION:
+            raise ValueError(f"GPTConfig.attention must be one of {', '.join(ATTENTION)}, "
+                             f"got {self.attention!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
+                or not 0 <= self.dropout < 1:
+            raise ValueError(f"GPTConfig.dropout must be a probability in [0, 1), got {self.dropout!r}")
 
     @property
     def head_dim(self) -> int:
@@ -75,14 +89,24 @@ class GPTConfig:
         return self.num_params() - self.seq_len * self.d_model
 
 
+#: Attention implementations of :class:`Block`.
+ATTENTION = ("sdpa", "math")
+
 #: Named configurations. ``tiny`` is for CPUs; ``gpt2-small`` is GPT-2 small's shape, with the
 #: vocabulary padded from 50257 to 50304 (a multiple of 64, friendlier to GPU GEMM tiles).
+#: ``gpt2-xl`` is GPT-2 XL's shape (Radford et al. 2019: 48 layers, d_model 1600, 25 heads) and
+#: ``gpt3-6.7b`` GPT-3 6.7B's (Brown et al. 2020, table 2.1: 32 layers, d_model 4096, 32 heads,
+#: context 2048): with fake tensors they measure memory at sizes no laptop holds.
 CONFIGS: dict[str, GPTConfig] = {
     "tiny": GPTConfig(vocab_size=256, seq_len=64, d_model=64, n_layers=2, n_heads=4, name="tiny"),
     "small-cpu": GPTConfig(vocab_size=512, seq_len=128, d_model=128, n_layers=4, n_heads=4,
                            name="small-cpu"),
     "gpt2-small": GPTConfig(vocab_size=50304, seq_len=1024, d_model=768, n_layers=12, n_heads=12,
                             name="gpt2-small"),
+    "gpt2-xl": GPTConfig(vocab_size=50304, seq_len=1024, d_model=1600, n_layers=48, n_heads=25,
+                         name="gpt2-xl"),
+    "gpt3-6.7b": GPTConfig(vocab_size=50304, seq_len=2048, d_model=4096, n_layers=32, n_heads=32,
+                           name="gpt3-6.7b"),
 }
 
 
@@ -106,27 +130,47 @@ def course_config(device: str | torch.device = "auto", quick: bool = True) -> GP
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x)).
+
+    ``attend`` is the attention core (scores, causal softmax, weighted sum of V): the part
+    selective activation checkpointing recomputes (chapter 6).
+    """
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         d = config.d_model
         self.n_heads = config.n_heads
+        self.impl, self.p = config.attention, float(config.dropout)
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
         self.up, self.down = nn.Linear(d, config.d_ff), nn.Linear(config.d_ff, d)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention of (batch, heads, seq, head_dim) tensors."""
+        p = self.p if self.training else 0.0
+        if self.impl == "sdpa":
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        s = q.shape[-2]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        # an additive mask saves nothing for the backward pass (masked_fill would keep its mask)
+        mask = torch.full((s, s), float("-inf"), device=q.device, dtype=scores.dtype).triu(1)
+        return self._drop((scores + mask).softmax(dim=-1)) @ v
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=-1)
         # (b, s, d) -> (b, heads, s, head_dim), the layout scaled_dot_product_attention expects
         q, k, v = (t.view(b, s, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = self.attend(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(b, s, d))
 
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        # no dropout op at all when it is off: nothing saved, nothing counted
+        return F.dropout(x, self.p) if self.p and self.training else x
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(self.ln1(x))
-        return x + self.down(F.gelu(self.up(self.ln2(x))))
+        x = x + self._drop(self.attention(self.ln1(x)))
+        return x + self._drop(self.down(F.gelu(self.up(self.ln2(x)))))
 
 
 class TinyGPT(nn.Module):

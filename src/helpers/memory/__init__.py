@@ -1,0 +1,35 @@
+"""Chapter 5 — where training memory goes.
+
+* :func:`model_state_bytes` — the ledger: parameters, gradients, optimizer state, fp32 master
+  weights, per data-parallel rank with ZeRO stages 1–3 (Rajbhandari et al. 2020).
+* :func:`activation_bytes` — one transformer layer's activations (Korthikanti et al. 2022),
+  and :func:`course_saved_bytes` — the course model's, exactly.
+* :func:`saved_tensor_bytes` — measure the storage autograd saves for backward.
+* :func:`track` — peak memory of whole training steps by category (PyTorch's MemTracker),
+  with fake tensors for models far larger than the machine.
+* :func:`cuda_memory` — allocated, reserved and peak on a GPU, with a memory snapshot and a
+  timeline; on a CPU it says it is not available.
+* :class:`MemoryExplorer` — what fits on which GPU, as a widget.
+"""
+
+from ._course import block_saved_bytes, course_saved_bytes, head_saved_bytes
+from ._cuda import NOT_ON_CPU, CudaMemory, cuda_memory, plot_timeline, timeline_from_snapshot
+from ._explorer import MemoryExplorer, ModelShape, estimate, max_batch, model_presets, plot_estimates
+from ._ledger import (
+    OPTIMIZER_STATES,
+    RECOMPUTE,
+    Ledger,
+    activation_breakdown,
+    activation_bytes,
+    model_state_bytes,
+)
+from ._saved import SavedBytes, saved_tensor_bytes
+from ._track import CATEGORIES, StepMemory, StepPeak, track
+
+__all__ = [
+    "NOT_ON_CPU", "CudaMemory", "MemoryExplorer", "ModelShape", "cuda_memory", "estimate", "max_batch",
+    "model_presets", "plot_estimates", "plot_timeline", "timeline_from_snapshot",
+    "CATEGORIES", "OPTIMIZER_STATES", "RECOMPUTE", "Ledger", "SavedBytes", "StepMemory", "StepPeak",
+    "activation_breakdown", "activation_bytes", "block_saved_bytes", "course_saved_bytes",
+    "head_saved_bytes", "model_state_bytes", "saved_tensor_bytes", "track",
+]

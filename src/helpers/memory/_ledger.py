@@ -1,0 +1,156 @@
+"""Formulas: the model-state ledger (with ZeRO sharding) and activation bytes per layer.
+
+Model state (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", section 3.1): mixed-precision Adam keeps 16-bit parameters and gradients
+(2 + 2 bytes per parameter) plus an fp32 master copy and two fp32 moments (4 + 4 + 4) —
+16 bytes per parameter. fp32 AdamW keeps 4 + 4 + 8: also 16, split differently.
+
+Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models", section 4): one transformer layer with 16-bit activations and dropout
+keeps s·b·h·(34 + 5·a·s/h) bytes for the backward pass (s sequence length, b micro batch,
+h hidden size, a attention heads). The 5·a·s/h part is attention's s × s matrices (softmax
+output 2, its dropout mask 1, dropout output 2 bytes per element); a fused attention kernel
+(FlashAttention) keeps none of them. Selective recompute drops that part (34·s·b·h); full
+recompute keeps only the layer input (2·s·b·h).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .._validate import count as _count
+
+#: Optimizers of the ledger, with the fp32 numbers each keeps per parameter (besides any
+#: master copy). Adafactor-like: a factored second moment (one number per row and per column
+#: of each matrix, Shazeer & Stern 2018) and no first moment — counted as 0 per parameter, a
+#: stated approximation (for an r × c matrix it is 4·(r + c) bytes, under 0.1 % of 4·r·c for
+#: matrices wider than 8000).
+OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd_momentum": 1, "sgd": 0, "adafactor": 0}
+RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+def _optimizer(name: str) -> str:
+    key = str(name).lower().replace("-", "_").replace(" ", "_")
+    key = {"sgd_with_momentum": "sgd_momentum", "momentum": "sgd_momentum"}.get(key, key)
+    if key not in OPTIMIZER_STATES:
+        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZER_STATES)}")
+    return key
+
+
+def _shard(n_bytes: int, dp: int) -> int:
+    """Bytes of one rank's shard of ``n_bytes`` split over ``dp`` ranks (padded up, as ZeRO does)."""
+    return -(-n_bytes // dp)
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Model-state bytes of training, per data-parallel rank."""
+
+    n_params: int
+    optimizer: str
+    mixed_precision: bool
+    zero_stage: int
+    dp: int
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    master_weights: int
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer_state + self.master_weights
+
+    @property
+    def bytes_per_param(self) -> float:
+        """Bytes per parameter of the model, on one rank."""
+        return self.total / self.n_params
+
+    def as_dict(self) -> dict[str, int]:
+        """The five byte counts (plain data): parameters, gradients, optimizer_state,
+        master_weights, total."""
+        keys = ("parameters", "gradients", "optimizer_state", "master_weights")
+        return {**{k: asdict(self)[k] for k in keys}, "total": self.total}
+
+    def format(self, unit: str = "GiB") -> str:
+        div = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "GB": 1e9}[unit]
+        precision = "mixed precision (16-bit weights, fp32 master)" if self.mixed_precision else "fp32"
+        rank = f", ZeRO stage {self.zero_stage} over {self.dp} ranks (per rank)" if self.dp > 1 else ""
+        lines = [f"{self.n_params:,} parameters, {self.optimizer}, {precision}{rank}:"]
+        for key, value in self.as_dict().items():
+            lines.append(f"  {key:<16} {value / div:12.3f} {unit}  ({value / self.n_params:5.2f} B/param)")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+def model_state_bytes(n_params: int, optimizer: str = "adamw", mixed_precision: bool = True, *,
+                      zero_stage: int = 0, dp: int = 1) -> Ledger:
+    """The model-state ledger of training ``n_params`` parameters, in bytes per rank.
+
+    ``mixed_precision=True`` is the ZeRO paper's setting: 16-bit parameters and gradients,
+    an fp32 master copy of the parameters and fp32 optimizer states. ``False`` is plain
+    fp32 training (no master copy). ``zero_stage`` 1 shards the optimizer states and the
+    master copy over ``dp`` data-parallel ranks, 2 also the gradients, 3 also the
+    parameters (each shard padded up to whole bytes).
+    """
+    _count(n_params=n_params, dp=dp)
+    if zero_stage not in ZERO_STAGES or isinstance(zero_stage, bool):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
+    key = _optimizer(optimizer)
+    weight_bytes = 2 if mixed_precision else 4
+    parameters = gradients = weight_bytes * n_params
+    states = 4 * OPTIMIZER_STATES[key] * n_params
+    master = 4 * n_params if mixed_precision else 0
+    if zero_stage >= 1:
+        states, master = _shard(states, dp), _shard(master, dp)
+    if zero_stage >= 2:
+        gradients = _shard(gradients, dp)
+    if zero_stage >= 3:
+        parameters = _shard(parameters, dp)
+    return Ledger(n_params, key, bool(mixed_precision), zero_stage, dp, parameters, gradients,
+                  states, master)
+
+
+def _activation_parts(seq_len: int, batch: int, hidden: int, heads: int, recompute: str,
+                      bytes_per_element: int, dropout: bool, fused_attention: bool) -> tuple[int, int]:
+    _count(seq_len=seq_len, batch=batch, hidden=hidden, heads=heads, bytes_per_element=bytes_per_element)
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    sbh = seq_len * batch * hidden
+    e, mask = bytes_per_element, 1  # a dropout mask keeps 1 byte per element
+    if recompute == "full":
+        return e * sbh, 0  # only the layer input
+    # 16·e per s·b·h: LayerNorm inputs 2·e, QKV input e, Q K V 3·e, attention output e, MLP 9·e
+    linear = 16 * e * sbh + (2 * mask * sbh if dropout else 0)
+    if recompute == "selective" or fused_attention:
+        return linear, 0
+    # softmax output e, and with dropout its mask (1) and output (e), each a·s·s·b elements
+    per_score = e + (mask + e if dropout else 0)
+    return linear, per_score * heads * seq_len * seq_len * batch
+
+
+def activation_bytes(seq_len: int, batch: int, hidden: int, heads: int, recompute: str = "none", *,
+                     bytes_per_element: int = 2, dropout: bool = True,
+                     fused_attention: bool = False) -> int:
+    """Bytes one transformer layer keeps for its backward pass (Korthikanti et al. 2022).
+
+    Defaults are the paper's: 16-bit activations (``bytes_per_element=2``), dropout, an
+    unfused attention, so ``"none"`` is s·b·h·(34 + 5·a·s/h), ``"selective"`` 34·s·b·h and
+    ``"full"`` 2·s·b·h. ``dropout=False`` drops the 1-byte masks (32·s·b·h + 2·a·s²·b);
+    ``fused_attention=True`` (FlashAttention-style kernels) drops every s × s term.
+    """
+    linear, attention = _activation_parts(seq_len, batch, hidden, heads, recompute,
+                                          bytes_per_element, dropout, fused_attention)
+    return linear + attention
+
+
+def activation_breakdown(seq_len: int, batch: int, hidden: int, heads: int, recompute: str = "none", *,
+                         bytes_per_element: int = 2, dropout: bool = True,
+                         fused_attention: bool = False) -> dict[str, int]:
+    """:func:`activation_bytes` split into ``"linear"`` (terms in s·b·h: grow linearly with the
+    sequence) and ``"attention"`` (the a·s²·b terms of the score matrices), plus ``"total"``."""
+    linear, attention = _activation_parts(seq_len, batch, hidden, heads, recompute,
+                                          bytes_per_element, dropout, fused_attention)
+    return {"linear": linear, "attention": attention, "total": linear + attention}

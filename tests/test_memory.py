@@ -1,0 +1,308 @@
+"""helpers.memory: the ledger and the activation formula against the papers and hand counts,
+saved-tensor measurement, MemTracker steps with fake tensors against ledger + formula, CUDA
+memory on a CPU (a message, never zeros), and the explorer."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import pytest
+import torch
+
+from helpers import hardware, memory, models
+
+# ---------------------------------------------------------------------------- the ledger
+
+
+@pytest.mark.parametrize("optimizer,mixed,split", [
+    ("adamw", False, (4, 4, 8, 0)),  # fp32 AdamW: 16 B/param
+    ("adamw", True, (2, 2, 8, 4)),  # ZeRO's mixed-precision Adam: 2 + 2 + 12 = 16 B/param
+    ("sgd", False, (4, 4, 0, 0)),
+    ("sgd", True, (2, 2, 0, 4)),
+    ("sgd_momentum", False, (4, 4, 4, 0)),
+    ("sgd_momentum", True, (2, 2, 4, 4)),
+    ("adafactor", True, (2, 2, 0, 4)),  # factored state counted as 0 B/param (stated approximation)
+])
+def test_ledger_bytes_per_parameter(optimizer, mixed, split):
+    n = 1_234_567
+    ledger = memory.model_state_bytes(n, optimizer, mixed)
+    got = (ledger.parameters, ledger.gradients, ledger.optimizer_state, ledger.master_weights)
+    assert got == tuple(b * n for b in split)
+    assert ledger.total == sum(split) * n == ledger.as_dict()["total"]
+    assert ledger.bytes_per_param == sum(split)
+
+
+def test_both_adamw_ledgers_are_16_bytes_per_parameter_split_differently():
+    fp32, mixed = (memory.model_state_bytes(10**6, "adamw", m) for m in (False, True))
+    assert fp32.total == mixed.total == 16 * 10**6
+    assert fp32.as_dict() != mixed.as_dict()
+
+
+def test_zero_stages_reproduce_the_papers_figure_1():
+    # Rajbhandari et al. 2020, figure 1: 7.5B parameters, 64 data-parallel GPUs, K = 12
+    want = {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.9}
+    for stage, gb in want.items():
+        ledger = memory.model_state_bytes(7_500_000_000, "adamw", True, zero_stage=stage, dp=64)
+        assert ledger.total / 1e9 == pytest.approx(gb, abs=0.05)
+
+
+def test_zero_shards_pad_up_and_leave_unsharded_parts_whole():
+    ledger = memory.model_state_bytes(1001, "adamw", True, zero_stage=1, dp=4)
+    assert ledger.optimizer_state == math.ceil(8 * 1001 / 4)
+    assert ledger.master_weights == math.ceil(4 * 1001 / 4)
+    assert ledger.parameters == ledger.gradients == 2 * 1001
+    assert memory.model_state_bytes(1001, "adamw", True, zero_stage=3, dp=1).total == 16 * 1001
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"n_params": 0}, "n_params must be a positive integer"),
+    ({"n_params": 10, "optimizer": "lion"}, "unknown optimizer 'lion'"),
+    ({"n_params": 10, "zero_stage": 4}, "zero_stage must be 0, 1, 2 or 3"),
+    ({"n_params": 10, "dp": 0}, "dp must be a positive integer"),
+])
+def test_ledger_bad_input_gets_one_clear_line(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        memory.model_state_bytes(**kwargs)
+
+
+# ---------------------------------------------------------------------------- activations
+
+@pytest.mark.parametrize("s,b,h,a", [(2048, 1, 12288, 96), (4096, 4, 4096, 32), (7, 3, 64, 4)])
+def test_activation_bytes_is_korthikantis_formula(s, b, h, a):
+    sbh = s * b * h
+    assert memory.activation_bytes(s, b, h, a) == sbh * 34 + 5 * a * s * s * b  # sbh(34 + 5as/h)
+    assert memory.activation_bytes(s, b, h, a, "selective") == 34 * sbh
+    assert memory.activation_bytes(s, b, h, a, "full") == 2 * sbh
+    assert memory.activation_bytes(s, b, h, a, fused_attention=True) == 34 * sbh
+    assert memory.activation_bytes(s, b, h, a, dropout=False) == 32 * sbh + 2 * a * s * s * b
+    assert memory.activation_bytes(s, b, h, a, bytes_per_element=4, dropout=False,
+                                   fused_attention=True) == 64 * sbh
+    parts = memory.activation_breakdown(s, b, h, a)
+    assert parts == {"linear": 34 * sbh, "attention": 5 * a * s * s * b, "total": parts["total"]}
+    assert parts["total"] == memory.activation_bytes(s, b, h, a)
+
+
+def test_activation_bytes_bad_mode():
+    with pytest.raises(ValueError, match="recompute must be one of none, selective, full"):
+        memory.activation_bytes(16, 1, 64, 4, "half")
+
+
+# ---------------------------------------------------------------------------- saved bytes
+
+def test_saved_bytes_count_a_storage_once_and_parameters_apart():
+    w = torch.nn.Parameter(torch.randn(8, 8))
+    x = torch.randn(4, 8, requires_grad=True)
+
+    def fn():
+        h = x * 2  # multiplying by a number saves nothing
+        y = (h @ w).relu()  # mm saves h and w; relu saves its output
+        return y.t() * y.t()  # mul saves y.t() twice: one storage
+
+    saved = memory.saved_tensor_bytes(fn)
+    assert saved.activations == 4 * 8 * 4 + 4 * 8 * 4  # h, and relu's output once
+    assert saved.parameters == w.numel() * 4
+    assert saved.tensors == 5 and saved.storages == 2
+    assert "activations" in str(saved)
+
+
+def test_saved_bytes_peak_falls_when_backward_frees_them():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+    x = torch.randn(32, 16)
+    forward = memory.saved_tensor_bytes(lambda: model(x).sum()).activations
+
+    def twice():
+        for _ in range(2):
+            model(x).sum().backward()  # the first graph is freed before the second is built
+
+    assert memory.saved_tensor_bytes(twice).activations == forward
+
+
+def test_saved_bytes_bad_input():
+    with pytest.raises(TypeError, match="needs a function"):
+        memory.saved_tensor_bytes(42)
+
+
+@pytest.mark.parametrize("overrides,b,s", [
+    ({}, 4, 32),
+    ({"n_layers": 3, "d_model": 48, "n_heads": 6, "vocab_size": 100, "mlp_ratio": 2}, 2, 40),
+    ({"attention": "math"}, 3, 40),
+    ({"attention": "math", "dropout": 0.1}, 2, 16),
+])
+def test_course_formula_equals_the_measured_saved_bytes(overrides, b, s):
+    cfg = models.get_config("tiny", **overrides)
+    model = models.build_model(cfg)
+    idx, targets = models.make_batch(cfg, b, s)
+    measured = memory.saved_tensor_bytes(lambda: model(idx, targets)).activations
+    assert measured == memory.course_saved_bytes(cfg, b, s)
+    per_block = memory.block_saved_bytes(cfg, b, s)
+    head = memory.head_saved_bytes(cfg, b, s)
+    assert memory.course_saved_bytes(cfg, b, s) == cfg.n_layers * per_block + head
+
+
+def test_course_block_is_korthikantis_count_without_dropout_with_fused_attention():
+    cfg = models.get_config("gpt2-small")
+    b, s = 8, 1024
+    small = 2 * 2 * 4 * s * b + 4 * cfg.n_heads * s * b  # LayerNorm statistics and log-sum-exp
+    assert memory.block_saved_bytes(cfg, b, s) == memory.activation_bytes(
+        s, b, cfg.d_model, cfg.n_heads, bytes_per_element=4, dropout=False, fused_attention=True) + small
+
+
+# ---------------------------------------------------------------------------- track
+
+def test_fast_tracker_peaks_equal_stock_memtrackers():
+    fast = memory.track("tiny", batch_size=4, seq_len=32, steps=2, prime=False)
+    stock = memory.track("tiny", batch_size=4, seq_len=32, steps=2, prime=False, _fast=False)
+    assert [s.peak for s in fast.steps] == [s.peak for s in stock.steps]
+    assert [s.end for s in fast.steps] == [s.end for s in stock.steps]
+    first, steady = fast.steps
+    # without priming, the first step creates the optimizer state; the second starts with it
+    assert first.after_forward["optimizer_state"] == 0 < steady.after_forward["optimizer_state"]
+    assert first.end["optimizer_state"] == steady.end["optimizer_state"]
+
+
+def test_fake_and_real_tracking_agree_on_the_cpu():
+    fake = memory.track("tiny", batch_size=4, seq_len=32)
+    real = memory.track(lambda: models.build_model("tiny"), fake=False, batch_size=4, seq_len=32, prime=True)
+    assert fake.fake and not real.fake
+    assert fake.peak == real.peak
+
+
+@pytest.mark.parametrize("name,b,s", [("tiny", 8, 64), ("gpt2-small", 8, 1024)])
+def test_tracked_step_agrees_with_ledger_and_formula(name, b, s):
+    """Ledger + formula against MemTracker: exact once three named differences are counted,
+    and within 0.01 % without them. AdamW keeps a 4-byte step counter per parameter tensor;
+    the token ids and targets (16 bytes per token) are filed as inputs, not activations; the
+    loss is a 4-byte activation. Fake CPU tensors have no allocator rounding (a GPU rounds
+    every block up to a multiple of 512 bytes)."""
+    cfg = models.get_config(name)
+    step = memory.track(name, batch_size=b, seq_len=s).steps[-1]
+    ledger = memory.model_state_bytes(cfg.num_params(), "adamw", mixed_precision=False)
+    saved = memory.course_saved_bytes(cfg, b, s)
+    with torch.device("meta"):
+        counters = 4 * len(list(models.TinyGPT(cfg).parameters()))
+    assert step.peak["parameters"] == ledger.parameters
+    assert step.peak["optimizer_state"] == ledger.optimizer_state + counters
+    assert step.highest["gradients"] == ledger.gradients
+    assert step.after_forward["activations"] == saved - 16 * b * s + 4
+    logits = 4 * b * s * cfg.vocab_size  # the loss's gradient and the logits' gradient, at once
+    assert step.peak["temporaries"] == 2 * logits
+    predicted = ledger.parameters + ledger.optimizer_state + saved + 2 * logits
+    assert step.peak["total"] == predicted + counters + 4
+    assert step.peak["total"] == pytest.approx(predicted, rel=1e-4)
+
+
+def test_a_7b_step_is_measured_without_allocating_it():
+    cfg = models.get_config("gpt3-6.7b")
+    step = memory.track("gpt3-6.7b", batch_size=1, seq_len=2048).steps[-1]
+    n = cfg.num_params()
+    assert n > 6.6e9
+    # peak in the optimizer phase: all 16 B/param of state plus two token-table-sized temporaries
+    assert step.peak["total"] == pytest.approx(16 * n + 2 * 4 * cfg.vocab_size * cfg.d_model, rel=1e-3)
+    saved = memory.course_saved_bytes(cfg, 1, 2048)
+    assert step.after_forward["activations"] == pytest.approx(saved, rel=1e-3)
+
+
+def test_track_bad_input():
+    with pytest.raises(TypeError, match="built from fake tensors"):
+        memory.track(models.build_model("tiny"))
+    with pytest.raises(ValueError, match="fake=True tracks on the CPU"):
+        memory.track("tiny", device="cuda")
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        memory.track("tiny", "lion")
+    with pytest.raises(ValueError, match="give inputs="):
+        memory.track(lambda: torch.nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="seq_len must be in 1..64"):
+        memory.track("tiny", seq_len=65)
+
+
+def test_track_a_custom_model_with_inputs():
+    def step(model, optimizer, inputs):
+        model(*inputs).square().sum().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    result = memory.track(lambda: torch.nn.Linear(256, 512), "sgd_momentum", step,
+                          inputs=lambda: (torch.zeros(64, 256),))
+    peak = result.peak
+    assert peak["parameters"] == (256 * 512 + 512) * 4 and peak["optimizer_state"] == peak["parameters"]
+    assert "Linear" in result.format()
+
+
+# ---------------------------------------------------------------------------- CUDA on a CPU
+
+def test_cuda_memory_on_a_cpu_says_so_and_never_returns_zeros():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible; tests/test_cuda_paths.py covers the CUDA branch")
+    result = memory.cuda_memory(lambda: None)
+    assert not result.available and "not available on CPU" in str(result)
+    assert result.peak is None and result.allocated_after is None and result.reserved_after is None
+    with pytest.raises(RuntimeError, match="not available on CPU"):
+        result.plot()
+
+
+def test_timeline_from_a_recorded_history():
+    trace = [{"action": "segment_alloc", "size": 4096, "time_us": 0},
+             {"action": "alloc", "size": 1024, "time_us": 1000},
+             {"action": "alloc", "size": 512, "time_us": 2000},
+             {"action": "free_requested", "size": 1024, "time_us": 2500},
+             {"action": "free_completed", "size": 1024, "time_us": 3000}]
+    points = memory.timeline_from_snapshot({"device_traces": [trace]}, 0, start_bytes=100)
+    assert points == [(0.0, 1124), (1.0, 1636), (2.0, 612)]
+    untimed = [{k: v for k, v in e.items() if k != "time_us"} for e in trace]
+    assert [t for t, _ in memory.timeline_from_snapshot({"device_traces": [untimed]})] == [0.0, 1.0, 2.0]
+    assert memory.timeline_from_snapshot({"device_traces": []}) == []
+    pickle.dumps(points)
+
+
+# ---------------------------------------------------------------------------- what fits
+
+def test_estimate_adds_ledger_activations_and_logits():
+    shape = memory.model_presets()["GPT-2 XL (1.5B)"]
+    est = memory.estimate(shape, 4, 1024, recompute="selective", zero_stage=2, dp=8)
+    ledger = memory.model_state_bytes(shape.n_params, "adamw", True, zero_stage=2, dp=8)
+    acts = shape.layers * memory.activation_bytes(1024, 4, shape.hidden, shape.heads, "selective",
+                                                  dropout=False, fused_attention=True)
+    assert est["activations"] == acts and est["logits"] == 4 * 4 * 1024 * shape.vocab
+    assert est["total"] == ledger.total + acts + est["logits"]
+
+
+def test_max_batch_is_the_largest_that_fits():
+    shape = memory.model_presets()["GPT-2 small (124M)"]
+    cap = hardware.get_device("T4").memory_gb * 1e9
+    b = memory.max_batch(shape, 1024, cap, fused_attention=False)
+    assert memory.estimate(shape, b, 1024, fused_attention=False)["total"] <= cap
+    assert memory.estimate(shape, b + 1, 1024, fused_attention=False)["total"] > cap
+    assert memory.max_batch(memory.model_presets()["Llama-style 7B"], 4096, 16e9) == 0
+
+
+def test_presets_count_parameters_from_shapes():
+    presets = memory.model_presets()
+    assert presets["Llama-style 7B"].n_params == 6_738_415_616  # LLaMA 7B's published 6.74B
+    assert presets["GPT-2 small (124M)"].n_params == models.CONFIGS["gpt2-small"].num_params()
+    assert all(spec.memory_gb > 0 for spec in hardware.DEVICES.values())
+
+
+def test_explorer_redraws_and_says_what_fits():
+    ex = memory.MemoryExplorer(model="GPT-2 XL (1.5B)", device="A100 80GB SXM", batch=8, seq_len=1024)
+    first = ex.row.value
+    assert "fits" in first and "A100 80GB SXM" in first
+    ex.batch.value = 256
+    assert "does NOT fit" in ex.row.value
+    ex.recompute.value = "full"
+    ex.stage.value = 3
+    assert ex.current()["total"] < memory.estimate(memory.model_presets()["GPT-2 XL (1.5B)"], 256, 1024,
+                                                   dp=8)["total"]
+    ex.device.value = "T4"
+    assert "T4 (16 GB" in ex.row.value
+    bundle = ex._repr_mimebundle_()
+    assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(bundle)
+    with pytest.raises(KeyError, match="no model preset"):
+        memory.MemoryExplorer(model="GPT-5")
+
+
+def test_big_course_configs_have_their_published_sizes():
+    # GPT-2 XL: 1,557,611,200 parameters with the 50,257-token vocabulary; the course pads it to
+    # 50,304 (47 more rows of 1,600). GPT-3 6.7B (Brown et al. 2020, table 2.1): about 6.7e9.
+    assert models.CONFIGS["gpt2-xl"].num_params() == 1_557_611_200 + 47 * 1600
+    assert round(models.CONFIGS["gpt3-6.7b"].num_params() / 1e9, 1) == 6.7
