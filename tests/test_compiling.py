@@ -204,3 +204,13 @@ def test_benchmark_command_refuses_bad_arguments(capsys):
         main(["--rows", "0"])
     err = capsys.readouterr().err
     assert "must be positive" in err and "Traceback" not in err
+
+
+def test_pick_backend_falls_back_without_a_cpp_compiler(monkeypatch):
+    import torch._inductor.config as config
+
+    backend, why = compiling.pick_backend("cpu")
+    assert backend == "inductor" and "C++" in why  # this machine has g++
+    monkeypatch.setattr(config.cpp, "cxx", ("no-such-compiler++",))
+    backend, why = compiling.pick_backend("cpu")
+    assert backend == "aot_eager" and "no working C++ compiler" in why and "install g++" in why

@@ -409,6 +409,19 @@ def test_record_ddp_on_cuda_runs_ranks_as_fresh_processes(gpu, monkeypatch, tmp_
     assert [p.name for p in paths["one_slow"]] == ["rank0.json.gz", "rank1.json.gz"]
 
 
+# --------------------------------------------------------------------------- compiling (chapter 7)
+
+@pytest.mark.parametrize("has_triton", [True, False])
+def test_pick_backend_on_a_gpu_needs_triton(gpu, monkeypatch, has_triton):
+    import sys
+
+    from helpers import compiling
+
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton") if has_triton else None)
+    backend, why = compiling.pick_backend("cuda")
+    assert (backend, "Triton" in why) == ("inductor" if has_triton else "aot_eager", True)
+
+
 # --------------------------------------------------------------------------- precision (chapter 8)
 
 def test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak(gpu, monkeypatch):
@@ -487,7 +500,9 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
     "nvtx._demo_main": "test_nvtx_demo_loop_runs_on_the_gpu_with_a_capture_window",
     "nsys.example_or_capture": "test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples",
     "_ddp.record_ddp": "test_record_ddp_on_cuda_runs_ranks_as_fresh_processes",
-    "precision._training.measure_speedups": "test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak",
+    "compiling._report.pick_backend": "test_pick_backend_on_a_gpu_needs_triton",
+    "precision._training.measure_speedups":
+        "test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak",
 }
 # CUDA code no CPU test can run, with the reason; the GPU script is where it is proven.
 NOT_ON_CPU = {

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import types
 
 import pytest
 import torch
@@ -30,7 +31,8 @@ def test_layouts_by_hand():
     assert (fp16.sign_bits, fp16.exponent_bits, fp16.mantissa_bits) == (1, 5, 10)
     assert (fp16.max, fp16.smallest_normal, fp16.smallest_subnormal) == (65504.0, 2.0**-14, 2.0**-24)
     e4m3 = precision.format_table().row("fp8_e4m3")
-    assert (e4m3.exponent_bits, e4m3.mantissa_bits, e4m3.max, e4m3.smallest_subnormal) == (4, 3, 448.0, 2.0**-9)
+    assert (e4m3.exponent_bits, e4m3.mantissa_bits) == (4, 3)
+    assert (e4m3.max, e4m3.smallest_subnormal) == (448.0, 2.0**-9)
     e8m0 = precision.format_table().row("e8m0")
     assert (e8m0.sign_bits, e8m0.exponent_bits, e8m0.mantissa_bits) == (0, 8, 0)
     assert e8m0.smallest_subnormal is None and e8m0.max == 2.0**127
@@ -185,7 +187,8 @@ def test_simulation_with_tensors_records_overflowing_values():
 # --------------------------------------------------------------------------- MX
 
 def test_mx_scales_are_powers_of_two_by_the_spec():
-    x = torch.cat([torch.full((32,), 3.0), torch.full((32,), -0.01), torch.zeros(32), torch.full((5,), 1000.0)])
+    parts = [torch.full((32,), 3.0), torch.full((32,), -0.01), torch.zeros(32), torch.full((5,), 1000.0)]
+    x = torch.cat(parts)
     back, scales = precision.mx_quantize(x)
     assert scales.dtype == torch.float8_e8m0fnu and scales.numel() == 4  # 101 values -> 4 blocks
     # X = 2^(floor(log2 amax) - 8) for E4M3, whose largest normal is 1.75 * 2^8
@@ -277,7 +280,7 @@ def test_speedups_on_a_cpu_use_measured_roofs(monkeypatch):
     def fake_training(cfg, batch_size, device, autocast, warmup, iters, peak, quick):
         runs.append((cfg.name, autocast, peak.flops))
         seconds = {None: 0.02, "bf16": 0.016}[autocast]
-        return type("Run", (), {"step": Measurement([seconds] * 3, 0.1, "cpu"), "model_flops_per_step": 1e9})()
+        return types.SimpleNamespace(step=Measurement([seconds] * 3, 0.1, "cpu"), model_flops_per_step=1e9)
 
     monkeypatch.setattr(hardware, "measure_device", fake_measure_device)
     monkeypatch.setattr(mfu, "measure_training", fake_training)

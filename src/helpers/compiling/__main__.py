@@ -6,7 +6,16 @@ import argparse
 import sys
 
 from .. import bench
-from . import CHAIN, bias_gelu_dropout_residual, cache_info, chain_inputs, chain_sizes, chain_traffic, report
+from . import (
+    CHAIN,
+    bias_gelu_dropout_residual,
+    cache_info,
+    chain_inputs,
+    chain_sizes,
+    chain_traffic,
+    pick_backend,
+    report,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,8 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     info = cache_info()
     print(f"inductor cache: {info['dir']} ({info['files']} files; FX graph cache "
           f"{'on' if info['fx_graph_cache'] else 'off'})")
+    backend, why = pick_backend(device)
+    print(f"backend: {backend} ({why})")
     inputs = chain_inputs(args.rows, args.hidden, device)
-    result = report(bias_gelu_dropout_residual, inputs, iters=args.iters)
+    result = report(bias_gelu_dropout_residual, inputs, backend=backend, iters=args.iters)
     print(result.format())
     traffic = chain_traffic(CHAIN, chain_sizes(args.rows, args.hidden), inputs[0].element_size())
     rows = (("eager", result.eager, traffic.eager), ("fused", result.compiled, traffic.fused))

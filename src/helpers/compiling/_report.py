@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from .._validate import positive
-from ..bench import Measurement, measure, synchronize
+from ..bench import Measurement, measure, resolve_device, synchronize
 from ._graphs import CompileEvent, GraphReport, graph_breaks, quiet, recompiles
 
 
@@ -35,6 +35,30 @@ def step_speedup(fraction: float, part_speedup: float) -> float:
     if not 0 <= fraction <= 1:
         raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
     return 1 / ((1 - fraction) + fraction / part_speedup)
+
+
+def pick_backend(device: str | torch.device = "cpu") -> tuple[str, str]:
+    """``("inductor", why)`` when Inductor can generate code on ``device`` here, else
+    ``("aot_eager", why)``: the same capture and autograd tracing, without generated code.
+
+    Inductor needs a C++ compiler for CPU code and Triton for GPU code. A learner's runtime
+    may lack them; the chapter then still runs, and says why it shows no fused kernels.
+    """
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "aot_eager", "Triton is not installed, so Inductor cannot generate GPU kernels"
+        return "inductor", "Inductor generates Triton kernels for this GPU"
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        compiler = get_cpp_compiler()
+    except Exception as exc:  # torch raises its own error types for a missing compiler
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+        return "aot_eager", f"no working C++ compiler ({reason}); install g++ to see Inductor's kernels"
+    return "inductor", f"Inductor generates C++ kernels with {compiler}"
 
 
 def cache_info() -> dict[str, Any]:

@@ -70,6 +70,7 @@ __all__ = [
     "GradientCheck", "OpDtype", "Quantized", "ScalingStep", "Speedups", "autocast_dtypes", "block_errors",
     "drifting_activations", "fate", "first_overflow", "format_op_dtypes", "format_table", "fp8_max",
     "fp8_scale", "gradient_underflow", "layout_limits", "loss_gap", "measure_speedups", "mx_quantize",
-    "pattern_batch", "pick_format", "plot_block_errors", "plot_delayed_scaling", "plot_losses", "plot_speedups", "quantize", "rounding_error",
+    "pattern_batch", "pick_format", "plot_block_errors", "plot_delayed_scaling", "plot_losses",
+    "plot_speedups", "quantize", "rounding_error",
     "saturating_cast", "simulate_delayed_scaling", "train_losses", "with_outliers",
 ]

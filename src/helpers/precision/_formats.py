@@ -165,7 +165,8 @@ def fate(value: float, exponent_bits: int, mantissa_bits: int) -> str:
     The thresholds sit half a step past each limit: a value rounds to infinity only from
     ``max + ulp(max)/2`` up, to zero only at or below half the smallest subnormal.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value == 0 or not math.isfinite(value):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or value == 0 or not math.isfinite(value):
         raise ValueError(f"give a non-zero finite number, got {value!r}")
     lim = layout_limits(exponent_bits, mantissa_bits, "ieee")
     magnitude = abs(value)

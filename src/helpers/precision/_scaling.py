@@ -216,7 +216,8 @@ def block_errors(x: torch.Tensor, approx: torch.Tensor, block: int = MX_BLOCK) -
     flat = torch.cat([flat, flat.new_zeros(pad)]).view(-1, block)
     other = torch.cat([other, other.new_zeros(pad)]).view(-1, block)
     nonzero = flat != 0
-    rel = torch.where(nonzero, (other - flat).abs() / flat.abs().clamp_min(torch.finfo(torch.float32).tiny), 0.0)
+    magnitude = flat.abs().clamp_min(torch.finfo(torch.float32).tiny)
+    rel = torch.where(nonzero, (other - flat).abs() / magnitude, 0.0)
     return rel.sum(dim=1) / nonzero.sum(dim=1).clamp_min(1)
 
 

@@ -46,7 +46,8 @@ class _DtypeRecorder(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__
         if name not in _VIEW_OPS:
-            ins = tuple(_short(a.dtype) for a in args if isinstance(a, torch.Tensor) and a.is_floating_point())
+            ins = tuple(_short(a.dtype) for a in args
+                        if isinstance(a, torch.Tensor) and a.is_floating_point())
             outs = out if isinstance(out, (tuple, list)) else (out,)
             key = (name, ins, tuple(_short(o.dtype) for o in outs[:1] if isinstance(o, torch.Tensor)))
             self.rows[key] = self.rows.get(key, 0) + 1
@@ -111,7 +112,8 @@ def gradient_underflow(upstream_scale: float = 1e-8, device: str | torch.device 
         gen = torch.Generator().manual_seed(seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 64)).to(dev)
+            model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 64))
+        model = model.to(dev)
         x = torch.randn(32, 64, generator=gen).to(dev)
         upstream = (torch.randn(32, 64, generator=gen) * upstream_scale).to(dev)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -146,7 +148,8 @@ def pattern_batch(config: str | models.GPTConfig, batch_size: int, seq_len: int 
     start = torch.randint(cfg.vocab_size, (batch_size, 1), generator=gen)
     stride = torch.randint(1, 8, (batch_size, 1), generator=gen)
     tokens = (start + stride * torch.arange(seq_len + 1)) % cfg.vocab_size
-    return tokens[:, :-1].contiguous().to(resolve_device(device)), tokens[:, 1:].contiguous().to(resolve_device(device))
+    dev = resolve_device(device)
+    return tokens[:, :-1].contiguous().to(dev), tokens[:, 1:].contiguous().to(dev)
 
 
 def train_losses(config: str | models.GPTConfig = "tiny", steps: int = 30, autocast: str | None = None,
@@ -233,7 +236,8 @@ class Speedups:
         for key, seconds in self.step_s.items():
             lines.append(f"  training step ({self.config}) {key:>4}: {seconds * 1e3:9.2f} ms, "
                          f"{self.step_flops[key] / 1e12:.3f} model TFLOP/s")
-        lines.append(f"  bf16 speed-up: GEMM {self.gemm_speedup:.2f}x, training step {self.step_speedup:.2f}x")
+        lines.append(f"  bf16 speed-up: GEMM {self.gemm_speedup:.2f}x, "
+                     f"training step {self.step_speedup:.2f}x")
         return "\n".join(lines)
 
 
@@ -273,7 +277,8 @@ def plot_speedups(result: Speedups, ax: Any = None) -> Any:
     for key, style in (("fp32", "C0"), ("bf16", "C1")):
         b = hardware.bytes_per_element(key)
         intensity = roofline.intensity(roofline.gemm_flops(n, n, n), roofline.gemm_bytes(n, n, n, b))
-        roofline.plot_roofline(roofs[key], result.bandwidth, [(intensity, result.gemm_flops[key], f"GEMM {key}")],
+        point = (intensity, result.gemm_flops[key], f"GEMM {key}")
+        roofline.plot_roofline(roofs[key], result.bandwidth, [point],
                                ax=ax, label=f"{key} roof ({'datasheet' if result.peaks else 'measured'})")
         ax.axhline(result.step_flops[key] / 1e12, color=style, ls="--", lw=1, label=f"training step {key}")
     ax.set_title(f"bf16 vs fp32 on {result.device_name}")
