@@ -507,6 +507,74 @@ def test_compare_plans_on_a_gpu_reads_each_plans_cuda_peak(gpu, allocator, monke
     assert "CUDA peak" in checkpointing.format_plans(rows)
 
 
+# --------------------------------------------------------------------------- compiling (chapter 7)
+
+@pytest.mark.parametrize("has_triton", [True, False])
+def test_pick_backend_on_a_gpu_needs_triton(gpu, monkeypatch, has_triton):
+    import sys
+
+    from helpers import compiling
+
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton") if has_triton else None)
+    backend, why = compiling.pick_backend("cuda")
+    assert (backend, "Triton" in why) == ("inductor" if has_triton else "aot_eager", True)
+
+
+# --------------------------------------------------------------------------- precision (chapter 8)
+
+def test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak(gpu, monkeypatch):
+    import matplotlib
+
+    from helpers import precision
+
+    matplotlib.use("Agg")
+    asked = {}
+
+    def fake_measure_device(device, dtypes, quick):
+        asked["device"], asked["dtypes"] = str(device), list(dtypes)
+        result = hardware.MeasuredDevice(str(device), "NVIDIA H200", 4096)
+        result.gemm_flops.update(fp32=50e12, bf16=700e12)
+        result.copy_bandwidth = 3.9e12
+        return result
+
+    runs = []
+
+    def fake_training(cfg, batch_size, device, autocast, warmup, iters, peak, quick):
+        runs.append((cfg, str(device), autocast, peak.flops))
+        seconds = {None: 0.30, "bf16": 0.12}[autocast]
+        return types.SimpleNamespace(step=Measurement([seconds] * 3, 1.0, "cuda"), model_flops_per_step=3e13)
+
+    monkeypatch.setattr(hardware, "measure_device", fake_measure_device)
+    monkeypatch.setattr(mfu, "measure_training", fake_training)
+    result = precision.measure_speedups("cuda")
+    assert asked == {"device": "cuda", "dtypes": ["fp32", "bf16"]}
+    gpt2 = models.get_config("gpt2-small", seq_len=512)
+    # each step is divided by the datasheet dense peak of its own dtype: bf16 = tensor cores
+    assert runs == [(gpt2, "cuda", None, 67e12), (gpt2, "cuda", "bf16", 989.5e12)]
+    assert result.peaks == {"fp32": 67e12, "bf16": 989.5e12} and result.bandwidth == 4.8e12
+    assert result.step_speedup == pytest.approx(2.5) and result.gemm_speedup == pytest.approx(14.0)
+    text = result.format()
+    assert "datasheet (helpers.hardware)" in text and f"{700e12 / 989.5e12:.0%} of the bf16 peak" in text
+    ax = precision.plot_speedups(result)
+    labels = [line.get_label() for line in ax.lines]
+    assert "bf16 roof (datasheet)" in labels and "training step bf16" in labels
+
+
+def test_train_losses_on_a_gpu_autocast_on_cuda(gpu, monkeypatch):
+    from helpers import precision
+    from helpers.precision import _training
+
+    build, batch = models.build_model, _training.pattern_batch
+    monkeypatch.setattr(models, "build_model", lambda cfg, dev, seed=0: build(cfg, "cpu", seed=seed))
+    monkeypatch.setattr(_training, "pattern_batch", lambda cfg, b, seed, device: batch(cfg, b, seed=seed))
+    autocasts = []
+    real_autocast = torch.autocast
+    monkeypatch.setattr(torch, "autocast", lambda device_type, dtype: autocasts.append((device_type, dtype))
+                        or real_autocast("cpu", dtype=dtype))
+    losses = precision.train_losses("tiny", steps=2, autocast="bf16", device="cuda", batch_size=2)
+    assert len(losses) == 2 and autocasts == [("cuda", torch.bfloat16)] * 2
+
+
 # --------------------------------------------------------------------------- coverage guard
 
 COVERED = {  # function -> the test(s) above that exercise its CUDA branch
@@ -533,6 +601,11 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
     "_ddp.record_ddp": "test_record_ddp_on_cuda_runs_ranks_as_fresh_processes",
     "memory._cuda.cuda_memory": "test_cuda_memory_resets_the_peak_records_history_and_saves_a_snapshot",
     "checkpointing.compare_plans": "test_compare_plans_on_a_gpu_reads_each_plans_cuda_peak",
+
+
+    "compiling._report.pick_backend": "test_pick_backend_on_a_gpu_needs_triton",
+    "precision._training.measure_speedups":
+        "test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak",
 }
 # CUDA code no CPU test can run, with the reason; the GPU script is where it is proven.
 NOT_ON_CPU = {
@@ -548,6 +621,13 @@ def cuda_functions(src: Path = ROOT / "src" / "helpers") -> set[str]:
     for path in sorted(src.rglob("*.py")):
         stem = ".".join(path.relative_to(src).with_suffix("").parts)
         stem = stem.removesuffix(".__init__")
+
+
+    """Top-level functions and classes of helpers (subpackages included: ``precision._training.f``)
+    whose code mentions torch.cuda or a "cuda" device."""
+    found = set()
+    for path in sorted(src.rglob("*.py")):
+        module = ".".join(path.relative_to(src).with_suffix("").parts)
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in tree.body:
             if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
@@ -560,6 +640,9 @@ def cuda_functions(src: Path = ROOT / "src" / "helpers") -> set[str]:
                 if attr or const or (isinstance(sub, ast.ImportFrom) and any(
                         a.name == "_nvtx" for a in sub.names)):
                     found.add(f"{stem}.{node.name}")
+
+
+                    found.add(f"{module}.{node.name}")
                     break
     return found
 

@@ -1,0 +1,55 @@
+"""Chapter 7 — ``torch.compile``: what it costs, what it buys, and what makes it stop.
+
+* first call vs steady state, and the break-even step count: :func:`break_even_steps`;
+* one report of a compiled function — first call, eager and compiled medians with spread,
+  break-even, graphs and graph breaks with reasons, recompilations for other shapes with
+  dynamo's reasons, and whether the output matches eager: :func:`report`;
+* graph breaks (``torch._dynamo.explain``): :func:`graph_breaks`, with :func:`noisy_step`
+  as the example;
+* recompilations as shapes change, under torch.compile's default, ``dynamic=False``,
+  ``dynamic=True`` and ``mark_dynamic``: :func:`recompiles`, :func:`count_compiles`;
+* where fusion pays — the bytes an element-wise chain moves eagerly and fused:
+  :func:`chain_traffic`, :data:`CHAIN`, :func:`bias_gelu_dropout_residual`;
+* why a faster part may not make the step faster: :func:`step_speedup`;
+* whether Inductor can generate code here (a C++ compiler, Triton): :func:`pick_backend`.
+
+Sources: the PyTorch documentation of ``torch.compile``, ``torch._dynamo.explain`` and
+dynamic shapes; chapter 1 for the traffic model. Run ``python -m helpers.compiling`` for
+the report of the fused chain on this device.
+"""
+
+from ._fusion import (
+    CHAIN,
+    Traffic,
+    bias_gelu_dropout_residual,
+    chain_inputs,
+    chain_sizes,
+    chain_traffic,
+)
+from ._graphs import (
+    MODES,
+    BreakReason,
+    CompileEvent,
+    GraphReport,
+    count_compiles,
+    graph_breaks,
+    noisy_step,
+    quiet,
+    recompiles,
+    shape_probe,
+)
+from ._report import (
+    CompileReport,
+    break_even_steps,
+    cache_info,
+    pick_backend,
+    report,
+    step_speedup,
+)
+
+__all__ = [
+    "CHAIN", "MODES", "BreakReason", "CompileEvent", "CompileReport", "GraphReport", "Traffic",
+    "bias_gelu_dropout_residual", "break_even_steps", "cache_info", "chain_inputs", "chain_sizes",
+    "chain_traffic", "count_compiles", "graph_breaks", "noisy_step", "pick_backend", "quiet", "recompiles",
+    "report", "shape_probe", "step_speedup",
+]

@@ -1,0 +1,76 @@
+"""Chapter 8 — mixed precision: formats, loss scaling, fp8 scaling and autocast.
+
+* the formats, computed not typed — bits, exponent and mantissa bits, max, smallest normal
+  and subnormal, machine epsilon: :func:`format_table` (``torch.finfo``; tf32 from its bit
+  layout, :func:`layout_limits`); what a value becomes in a format: :func:`fate`; which
+  format fits a need: :func:`pick_format`; the rounding error of a tensor: :func:`rounding_error`;
+* fp16 gradient underflow and the loss scaler: :func:`gradient_underflow`;
+* fp8 scaling — the per-tensor scale :func:`fp8_scale`, a scaled cast and back
+  :func:`quantize`, delayed scaling with an amax history :class:`DelayedScaling`,
+  :func:`simulate_delayed_scaling`, :func:`first_overflow`, and MX block scaling with E8M0
+  scales :func:`mx_quantize`, :func:`block_errors`;
+* autocast — which op runs in which dtype :func:`autocast_dtypes`; fp32 vs autocast loss
+  curves :func:`train_losses`, :func:`loss_gap`, :func:`plot_losses`;
+* the measured speed-up of bf16 on a GEMM and on the training step, on the roofline:
+  :func:`measure_speedups`, :func:`plot_speedups`.
+
+Sources: Micikevicius et al., "Mixed Precision Training" (ICLR 2018); Micikevicius et al.,
+"FP8 Formats for Deep Learning" (2022); OCP Microscaling Formats (MX) Specification v1.0
+(2023); NVIDIA Transformer Engine documentation (delayed scaling); PyTorch's AMP documentation.
+"""
+
+from ._formats import (
+    FATES,
+    STORAGE,
+    FloatFormat,
+    FormatTable,
+    fate,
+    format_table,
+    layout_limits,
+    pick_format,
+    rounding_error,
+)
+from ._scaling import (
+    MX_BLOCK,
+    POLICIES,
+    DelayedScaling,
+    Quantized,
+    ScalingStep,
+    block_errors,
+    drifting_activations,
+    first_overflow,
+    fp8_max,
+    fp8_scale,
+    mx_quantize,
+    plot_block_errors,
+    plot_delayed_scaling,
+    quantize,
+    saturating_cast,
+    simulate_delayed_scaling,
+    with_outliers,
+)
+from ._training import (
+    AUTOCAST,
+    GradientCheck,
+    OpDtype,
+    Speedups,
+    autocast_dtypes,
+    format_op_dtypes,
+    gradient_underflow,
+    loss_gap,
+    measure_speedups,
+    pattern_batch,
+    plot_losses,
+    plot_speedups,
+    train_losses,
+)
+
+__all__ = [
+    "AUTOCAST", "FATES", "MX_BLOCK", "POLICIES", "STORAGE", "DelayedScaling", "FloatFormat", "FormatTable",
+    "GradientCheck", "OpDtype", "Quantized", "ScalingStep", "Speedups", "autocast_dtypes", "block_errors",
+    "drifting_activations", "fate", "first_overflow", "format_op_dtypes", "format_table", "fp8_max",
+    "fp8_scale", "gradient_underflow", "layout_limits", "loss_gap", "measure_speedups", "mx_quantize",
+    "pattern_batch", "pick_format", "plot_block_errors", "plot_delayed_scaling", "plot_losses",
+    "plot_speedups", "quantize", "rounding_error",
+    "saturating_cast", "simulate_delayed_scaling", "train_losses", "with_outliers",
+]

@@ -1,0 +1,216 @@
+"""helpers.compiling: break-even, traffic of fused chains, graph breaks, recompilations, report.
+
+Everything that compiles here uses dynamo's cheap "eager" backend (no code generation), so the
+file runs in seconds; the Inductor path runs in chapter 7's notebook test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from helpers import compiling
+
+# --------------------------------------------------------------------------- break-even
+
+
+@pytest.mark.parametrize("first,eager,compiled,want", [
+    (2.5, 0.031, 0.019, 207),  # 2.481 / 0.012 = 206.75 -> 207
+    (12.0, 0.064, 0.016, 250),  # 11.984 / 0.048 = 249.67 -> 250
+    (0.003, 0.010, 0.002, 1),  # a warm cache: the first call is already cheaper than one eager step
+    (3.0, 0.010, 0.012, math.inf),  # compiled is slower: never pays
+    (2.0, 0.05, 0.05, math.inf),  # no speed-up: never pays
+])
+def test_break_even_by_hand(first, eager, compiled, want):
+    assert compiling.break_even_steps(first, eager, compiled) == want
+
+
+def test_break_even_is_the_first_step_where_compiled_total_is_not_larger():
+    first, eager, compiled = 8.2, 0.0071, 0.0049
+    n = compiling.break_even_steps(first, eager, compiled)
+    assert first + (n - 1) * compiled <= n * eager
+    assert first + (n - 2) * compiled > (n - 1) * eager
+
+
+@pytest.mark.parametrize("bad", [(0, 1, 1), (1, -1, 1), (1, 1, float("inf")), (1, True, 1), (1, "2", 1)])
+def test_break_even_refuses_bad_times(bad):
+    with pytest.raises((ValueError, TypeError)):
+        compiling.break_even_steps(*bad)
+
+
+def test_step_speedup_is_amdahl():
+    assert compiling.step_speedup(0.5, 2.0) == pytest.approx(1 / 0.75)
+    assert compiling.step_speedup(0.0, 10.0) == 1.0
+    assert compiling.step_speedup(1.0, 4.0) == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="fraction"):
+        compiling.step_speedup(1.5, 2.0)
+
+
+# --------------------------------------------------------------------------- fusion traffic
+
+def test_chain_traffic_of_the_chapter_chain_by_hand():
+    rows, hidden, b = 1024, 1024, 4
+    n = rows * hidden
+    t = compiling.chain_traffic(compiling.CHAIN, compiling.chain_sizes(rows, hidden), b)
+    # eager: add reads x, bias writes h1; gelu reads h1 writes h2; mul reads h2, mask writes h3;
+    # add reads h3, residual writes out
+    assert t.eager == b * ((n + hidden + n) + (n + n) + (n + n + n) + (n + n + n))
+    # fused: x, bias, mask, residual read once; out written once
+    assert t.fused == b * (n + hidden + n + n + n)
+    assert t.saved == t.eager - t.fused and t.pair() == (t.eager, t.fused)
+    kept = compiling.chain_traffic(compiling.CHAIN, compiling.chain_sizes(rows, hidden), b, keep=["h1"])
+    assert kept.fused == t.fused + b * n and kept.eager == t.eager
+
+
+def test_an_input_used_twice_is_read_once_fused_and_twice_eager():
+    n = 100
+    swish = [("s", ["x"]), ("out", ["x", "s"])]
+    t = compiling.chain_traffic(swish, {"x": n, "s": n, "out": n}, 2)
+    assert t.eager == 2 * (2 * n + 3 * n) and t.fused == 2 * (n + n)
+
+
+def test_chain_traffic_errors_name_the_problem():
+    with pytest.raises(KeyError, match="no entry for mask"):
+        sizes = {k: 1 for k in ("x", "bias", "h1", "h2", "h3", "residual", "out")}
+        compiling.chain_traffic(compiling.CHAIN, sizes, 4)
+    with pytest.raises(ValueError, match="keep names x"):
+        compiling.chain_traffic(compiling.CHAIN, compiling.chain_sizes(2, 2), 4, keep=["x"])
+    with pytest.raises(ValueError, match="no ops"):
+        compiling.chain_traffic([], {}, 4)
+
+
+def test_chain_inputs_and_function():
+    x, bias, mask, residual = compiling.chain_inputs(8, 16, p=0.25, seed=3)
+    assert x.shape == residual.shape == mask.shape == (8, 16) and bias.shape == (16,)
+    assert set(mask.unique().tolist()) <= {0.0, torch.tensor(1 / 0.75).item()}
+    out = compiling.bias_gelu_dropout_residual(x, bias, mask, residual)
+    assert torch.allclose(out, torch.nn.functional.gelu(x + bias) * mask + residual)
+    with pytest.raises(ValueError, match="dropout"):
+        compiling.chain_inputs(2, 2, p=1.0)
+
+
+# --------------------------------------------------------------------------- graph breaks
+
+def test_noisy_step_has_three_breaks_with_their_reasons(capsys):
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    g = compiling.graph_breaks(compiling.noisy_step, x, w)
+    assert (g.graphs, g.breaks) == (4, 3)
+    text = " | ".join(r.reason for r in g.reasons)
+    assert "print" in text.lower() or "builtin" in text.lower()
+    assert "item()" in text
+    assert all(r.line for r in g.reasons) and "3 graph break(s)" in g.format()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_clean_function_is_one_graph_even_if_settings_were_changed():
+    def clean(x, w):
+        y = x @ w
+        return torch.tanh(torch.where(y.sum() > 0, y * 2, y) / y.abs().max())
+
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    g = compiling.graph_breaks(clean, x, w)
+    assert (g.graphs, g.breaks, g.reasons) == (1, 0, [])
+    import torch._dynamo.config as config
+
+    # a learner who switched scalar capture on still gets the default verdict for noisy_step
+    with config.patch(capture_scalar_outputs=True):
+        assert compiling.graph_breaks(compiling.noisy_step, x, w).breaks == 3
+
+
+def test_quiet_keeps_dynamo_warnings_off_stderr(capfd):
+    def reads_back(x):
+        return x * x.sum().item()
+
+    compiling.graph_breaks(reads_back, torch.randn(3))
+    assert capfd.readouterr().err == ""
+
+
+# --------------------------------------------------------------------------- recompilations
+
+@pytest.mark.parametrize("sizes,mode,want", [
+    ([8, 16, 32, 64], "static", 4),  # one graph per shape
+    ([8, 16, 32, 64], "auto", 2),  # exact graph, then one symbolic graph
+    ([8, 16, 32, 64], "dynamic", 1),
+    ([8, 16, 32, 64], "mark_dynamic", 1),
+    ([8, 1, 16], "dynamic", 2),  # size 1 is always specialised
+    ([8, 1, 16], "auto", 3),  # 8 exact, 1 specialised, 16 symbolic
+    ([0, 5, 6], "auto", 2),
+    ([4, 8, 4, 8], "static", 2),  # a shape seen before reuses its graph
+])
+def test_count_compiles_measures_dynamo(sizes, mode, want):
+    assert compiling.count_compiles(sizes, mode) == want
+
+
+def test_recompiles_give_dynamo_reasons():
+    events = compiling.recompiles(compiling.shape_probe, [(torch.zeros(s, 4),) for s in (8, 16, 8)], "static")
+    assert [e.compiled for e in events] == [True, True, False]
+    assert events[0].reasons == [] and "size mismatch" in events[1].reasons[0]
+    assert "expected 8, actual 16" in str(events[1]) and "reused" in str(events[2])
+    dyn = compiling.recompiles(compiling.shape_probe, [(torch.zeros(s, 4),) for s in (8, 1)], "dynamic")
+    assert dyn[1].compiled and "specialised" in str(dyn[1])
+
+
+def test_recompile_arguments_are_checked():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        compiling.recompiles(compiling.shape_probe, [(torch.zeros(2, 4),)], "sometimes")
+    with pytest.raises(ValueError, match="at least one"):
+        compiling.recompiles(compiling.shape_probe, [], "auto")
+    with pytest.raises(ValueError, match="sizes"):
+        compiling.count_compiles([], "auto")
+    with pytest.raises(ValueError, match="sizes"):
+        compiling.count_compiles([2, -1], "auto")
+
+
+# --------------------------------------------------------------------------- report
+
+def test_report_with_the_eager_backend_measures_and_checks(capfd):
+    inputs = compiling.chain_inputs(16, 32)
+    shapes = [compiling.chain_inputs(8, 32), compiling.chain_inputs(4, 32)]
+    r = compiling.report(compiling.bias_gelu_dropout_residual, inputs, backend="eager", warmup=1, iters=3,
+                         shapes=shapes)
+    assert r.matches and r.max_abs_diff == 0.0 and (r.graphs.graphs, r.graphs.breaks) == (1, 0)
+    assert r.first_call_s > 0 and len(r.eager.samples) == len(r.compiled.samples) == 3
+    assert r.break_even == compiling.break_even_steps(r.first_call_s, r.eager.median, r.compiled.median)
+    assert (r.rtol, r.atol) == (1.3e-6, 1e-5)  # torch.testing's float32 defaults, stated in the report
+    assert [sum(e.compiled for e in r.recompiles[m]) for m in ("auto", "dynamic")] == [2, 1]
+    text = r.format()
+    assert "first compiled call" in text and "not used (backend 'eager'" in text
+    assert "matches eager        yes" in text
+    assert capfd.readouterr().err == ""
+
+
+def test_report_catches_a_compiled_function_that_is_wrong():
+    def wrong_backend(gm, example_inputs):
+        return lambda *args: [out + 1e-3 for out in gm(*args)] if isinstance(gm(*args), (list, tuple)) \
+            else gm(*args) + 1e-3
+
+    r = compiling.report(lambda x: torch.sin(x), [torch.randn(64)], backend=wrong_backend, warmup=1, iters=2)
+    assert not r.matches and r.max_abs_diff == pytest.approx(1e-3, rel=1e-3)
+    assert "NO (" in r.format()
+
+
+def test_cache_info_points_at_inductors_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    info = compiling.cache_info()
+    assert info["dir"] == str(tmp_path) and info["files"] == 0 and isinstance(info["fx_graph_cache"], bool)
+
+
+def test_benchmark_command_refuses_bad_arguments(capsys):
+    from helpers.compiling.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["--rows", "0"])
+    err = capsys.readouterr().err
+    assert "must be positive" in err and "Traceback" not in err
+
+
+def test_pick_backend_falls_back_without_a_cpp_compiler(monkeypatch):
+    import torch._inductor.config as config
+
+    backend, why = compiling.pick_backend("cpu")
+    assert backend == "inductor" and "C++" in why  # this machine has g++
+    monkeypatch.setattr(config.cpp, "cxx", ("no-such-compiler++",))
+    backend, why = compiling.pick_backend("cpu")
+    assert backend == "aot_eager" and "no working C++ compiler" in why and "install g++" in why

@@ -1,0 +1,292 @@
+"""helpers.precision: formats from finfo and from the bit layout, fates of values, fp8 scaling
+(per tensor, delayed, MX), autocast, loss scaling, loss curves and the speed-up report."""
+
+from __future__ import annotations
+
+import math
+import types
+
+import pytest
+import torch
+
+from helpers import precision
+
+# --------------------------------------------------------------------------- formats
+
+TORCH_FORMATS = {"fp32": "ieee", "fp16": "ieee", "bf16": "ieee", "fp8_e4m3": "fn", "fp8_e5m2": "ieee",
+                 "e8m0": "e8m0"}
+
+
+@pytest.mark.parametrize("name,layout", TORCH_FORMATS.items())
+def test_the_bit_layout_gives_what_finfo_says(name, layout):
+    row = precision.format_table().row(name)
+    assert row.source == "torch.finfo" and row.bits == torch.finfo(row.dtype).bits
+    limits = precision.layout_limits(row.exponent_bits, row.mantissa_bits, layout)
+    assert limits == {"max": row.max, "smallest_normal": row.smallest_normal,
+                      "smallest_subnormal": row.smallest_subnormal, "eps": row.eps}
+
+
+def test_layouts_by_hand():
+    fp16 = precision.format_table().row("fp16")
+    assert (fp16.sign_bits, fp16.exponent_bits, fp16.mantissa_bits) == (1, 5, 10)
+    assert (fp16.max, fp16.smallest_normal, fp16.smallest_subnormal) == (65504.0, 2.0**-14, 2.0**-24)
+    e4m3 = precision.format_table().row("fp8_e4m3")
+    assert (e4m3.exponent_bits, e4m3.mantissa_bits) == (4, 3)
+    assert (e4m3.max, e4m3.smallest_subnormal) == (448.0, 2.0**-9)
+    e8m0 = precision.format_table().row("e8m0")
+    assert (e8m0.sign_bits, e8m0.exponent_bits, e8m0.mantissa_bits) == (0, 8, 0)
+    assert e8m0.smallest_subnormal is None and e8m0.max == 2.0**127
+
+
+def test_tf32_comes_from_its_bit_layout():
+    tf32 = precision.format_table().row("tf32")
+    assert tf32.source == "bit layout" and tf32.dtype is None and tf32.bits == 19
+    assert tf32.max == (2 - 2.0**-10) * 2.0**127
+    assert (tf32.smallest_normal, tf32.smallest_subnormal, tf32.eps) == (2.0**-126, 2.0**-136, 2.0**-10)
+    assert tf32.unit_roundoff == 2.0**-11
+
+
+def test_table_prints_every_format_and_refuses_unknown_names():
+    text = str(precision.format_table())
+    for name in ("fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "e8m0"):
+        assert name in text
+    assert "none" in text  # e8m0 has no subnormals
+    with pytest.raises(KeyError, match="no format 'fp4'"):
+        precision.format_table().row("fp4")
+    with pytest.raises(ValueError, match="layout"):
+        precision.layout_limits(5, 2, "posit")
+
+
+# --------------------------------------------------------------------------- fates and picks
+
+def _torch_fate(value: float, dtype: torch.dtype) -> str:
+    cast = torch.tensor(value, dtype=torch.float32).to(dtype).float().item()
+    if math.isinf(cast):
+        return "overflow"
+    if cast == 0:
+        return "underflow"
+    return "subnormal" if abs(cast) < torch.finfo(dtype).smallest_normal else "normal"
+
+
+VALUES = [65504.0, 65519.0, 65520.0, 7e4, 1.0, 1e-4, 6.1e-5, 6.09e-5, 3e-5, 1e-6, 5.97e-8, 2.99e-8, 2.98e-8,
+          1e-9, 1e38, 3.39e38, 3.4e38, 1e-38, 1e-40, 4.6e-41, 4.5e-41, 57344.0, 61439.0, 61440.0, 1.6e-5,
+          7.7e-6, 7.6e-6, -7e4, -3e-5]
+
+
+@pytest.mark.parametrize("dtype,layout", [(torch.float16, (5, 10)), (torch.bfloat16, (8, 7)),
+                                          (torch.float8_e5m2, (5, 2))])
+def test_fate_agrees_with_torch_casts_including_the_rounding_edges(dtype, layout):
+    for value in VALUES:
+        assert precision.fate(value, *layout) == _torch_fate(value, dtype), (value, dtype)
+
+
+def test_fate_refuses_zero_and_non_numbers():
+    for bad in (0.0, math.inf, math.nan, "1", True):
+        with pytest.raises(ValueError, match="non-zero finite"):
+            precision.fate(bad, 5, 10)
+
+
+@pytest.mark.parametrize("need,want", [
+    ((1e-3, 100, 0.1), ["fp16", "bf16"]),  # both 16-bit formats fit
+    ((1e-6, 1e3, 1e-2), ["bf16"]),  # below fp16's smallest normal
+    ((1e-3, 1e5, 1e-3), ["fp32"]),  # beyond fp16's max, finer than bf16's eps
+    ((0.02, 400, 0.2), ["fp8_e4m3"]),
+    ((1e-4, 5e4, 0.3), ["fp8_e5m2"]),
+    ((1e-40, 1.0, 0.5), []),  # below fp32's smallest normal
+])
+def test_pick_format(need, want):
+    assert precision.pick_format(*need) == want
+
+
+def test_pick_format_refuses_an_empty_range():
+    with pytest.raises(ValueError):
+        precision.pick_format(10.0, 1.0, 0.1)
+
+
+def test_rounding_error_and_overflow():
+    x = torch.linspace(-3, 3, 1001)
+    bf16 = precision.rounding_error(x, torch.bfloat16)
+    assert 0 < bf16["max_rel_error"] <= 2.0**-8 and bf16["overflow_fraction"] == 0
+    big = precision.rounding_error(torch.full((10,), 1e5), torch.float16)
+    assert big["overflow_fraction"] == 1.0
+    assert precision.rounding_error(torch.full((10,), 1e5), torch.bfloat16)["overflow_fraction"] == 0
+
+
+# --------------------------------------------------------------------------- per-tensor fp8
+
+def test_fp8_scale_is_max_over_amax_over_two_to_the_margin():
+    assert precision.fp8_scale(2.0, torch.float8_e4m3fn) == 224.0
+    assert precision.fp8_scale(2.0, torch.float8_e5m2, margin=2) == 57344.0 / 2 / 4
+    for bad in (0.0, -1.0, math.inf):
+        with pytest.raises(ValueError):
+            precision.fp8_scale(bad)
+    with pytest.raises(ValueError):
+        precision.fp8_scale(1.0, margin=-1)
+
+
+def test_quantize_round_trip_error_is_within_half_a_step():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1000, generator=gen)
+    q = precision.quantize(x, torch.float8_e4m3fn)
+    assert q.scale == pytest.approx(448 / x.abs().max().item()) and q.overflow_fraction == 0
+    normal = (x.abs() * q.scale) >= 2.0**-6
+    rel = ((q.values - x).abs() / x.abs())[normal]
+    assert rel.max().item() <= 2.0**-4 + 1e-6  # e4m3: 3 mantissa bits, unit roundoff 1/16
+    assert q.pair() == (q.scale, q.mean_abs_error)
+
+
+def test_a_too_large_scale_overflows_and_saturates():
+    x = torch.tensor([1.0, 2.0, 4.0])
+    q = precision.quantize(x, torch.float8_e4m3fn, scale=224.0)  # 4 * 224 = 896 > 448
+    assert q.overflow_fraction == pytest.approx(1 / 3) and q.values.tolist() == [1.0, 2.0, 2.0]
+
+
+# --------------------------------------------------------------------------- delayed scaling
+
+def test_delayed_scaling_uses_earlier_amaxes_only():
+    state = precision.DelayedScaling(448.0, history_len=2, policy="max")
+    assert state.scale == 1.0 and not state.overflows(400) and state.overflows(449)
+    assert state.update(4.0) == 112.0
+    assert state.update(2.0) == 112.0  # max of [4, 2]
+    assert state.update(1.0) == 224.0  # max of [2, 1]: the 4 fell out of the history
+    assert state.update(0.0) == 448.0  # max of [1, 0]
+    recent = precision.DelayedScaling(448.0, history_len=8, policy="most_recent", margin=1)
+    recent.update(4.0)
+    assert recent.update(2.0) == 112.0  # 448 / 2 / 2
+    zero = precision.DelayedScaling(448.0, history_len=1)
+    zero.update(0.0)
+    assert zero.scale == 1.0  # an all-zero step keeps the old scale
+    with pytest.raises(ValueError, match="policy"):
+        precision.DelayedScaling(448.0, policy="mean")
+
+
+@pytest.mark.parametrize("amaxes,history,policy,margin,want", [
+    ([2, 2, 2, 20, 2, 2, 60, 2, 2, 2], 4, "max", 4, None),  # the spike of 20 keeps the scale small
+    ([2, 2, 2, 20, 2, 2, 60, 2, 2, 2], 4, "most_recent", 4, 6),
+    ([2, 2, 2, 20, 2, 2, 60, 2, 2, 2], 2, "max", 4, 6),  # the 20 left a 2-step history in time
+    ([0.5 * 1.1**t for t in range(30)], 16, "max", 0, 1),  # any growth overflows without a margin
+    ([0.5 * 1.1**t for t in range(30)], 16, "max", 1, None),  # 10 % a step fits in 2x headroom
+    ([600, 1, 1], 16, "max", 1, 0),  # the first step runs at scale 1
+])
+def test_first_overflow(amaxes, history, policy, margin, want):
+    assert precision.first_overflow(amaxes, 448.0, history, policy, margin) == want
+
+
+def test_simulation_with_tensors_records_overflowing_values():
+    acts = precision.drifting_activations(steps=6, size=1000, growth=1.5, seed=1)
+    steps = precision.simulate_delayed_scaling(acts, history_len=4, policy="most_recent")
+    assert [s.step for s in steps] == list(range(6)) and steps[0].scale == 1.0 and not steps[0].overflow
+    assert all(s.overflow and s.overflow_fraction > 0 for s in steps[1:])
+    assert steps[2].scale == pytest.approx(448 / steps[1].amax)
+    safe = precision.simulate_delayed_scaling(acts, history_len=4, policy="most_recent", margin=1)
+    assert not any(s.overflow for s in safe) and all(s.overflow_fraction == 0 for s in safe)
+    with pytest.raises(ValueError):
+        precision.simulate_delayed_scaling([])
+
+
+# --------------------------------------------------------------------------- MX
+
+def test_mx_scales_are_powers_of_two_by_the_spec():
+    parts = [torch.full((32,), 3.0), torch.full((32,), -0.01), torch.zeros(32), torch.full((5,), 1000.0)]
+    x = torch.cat(parts)
+    back, scales = precision.mx_quantize(x)
+    assert scales.dtype == torch.float8_e8m0fnu and scales.numel() == 4  # 101 values -> 4 blocks
+    # X = 2^(floor(log2 amax) - 8) for E4M3, whose largest normal is 1.75 * 2^8
+    assert scales.float().tolist() == [2.0**(1 - 8), 2.0**(-7 - 8), 2.0**-127, 2.0**(9 - 8)]
+    assert back[:32].tolist() == [3.0] * 32 and torch.all(back[64:96] == 0)
+    assert back.shape == x.shape and back[-1].item() == 896.0  # 1000 / 2 = 500 saturates to 448
+
+
+def test_mx_saturates_elements_above_the_largest_normal():
+    x = torch.tensor([1.99 * 2**8] + [1.0] * 31)  # floor(log2) = 8 -> X = 1, 509 > 448
+    back, _ = precision.mx_quantize(x)
+    assert back[0].item() == 448.0
+
+
+def test_mx_beats_a_per_tensor_scale_on_outliers():
+    x = precision.with_outliers(size=4096, every=512, outlier=1e4)
+    mx, _ = precision.mx_quantize(x)
+    per_tensor = precision.quantize(x).values
+    mx_err, pt_err = precision.block_errors(x, mx), precision.block_errors(x, per_tensor)
+    assert mx_err.shape == (128,) and mx_err.mean() < pt_err.mean() / 2
+
+
+# --------------------------------------------------------------------------- autocast and training
+
+def test_autocast_table_is_inspected_on_cpu():
+    rows = {r.op: r for r in precision.autocast_dtypes("tiny", "bf16", "cpu")}
+    assert rows["addmm"].output == "bfloat16" and rows["mm"].output == "bfloat16"
+    assert rows["native_layer_norm"].output == "float32" and rows["_log_softmax"].output == "float32"
+    assert rows["embedding"].output == "float32"
+    assert "view" not in rows and "addmm" in precision.format_op_dtypes(list(rows.values()))
+    fp32 = {r.op: r for r in precision.autocast_dtypes("tiny", "fp32", "cpu")}
+    assert fp32["addmm"].output == "float32"
+    with pytest.raises(ValueError, match="autocast"):
+        precision.autocast_dtypes("tiny", "fp8", "cpu")
+
+
+def test_fp16_gradients_underflow_and_the_scaler_rescues_them():
+    rows = {r.setting: r for r in precision.gradient_underflow(1e-8)}
+    assert rows["fp32"].zero_fraction == 0 and rows["fp32"].rel_error == 0
+    assert rows["fp16"].zero_fraction > 0.9
+    assert rows["fp16 + GradScaler"].zero_fraction < 0.01 and rows["fp16 + GradScaler"].rel_error < 0.01
+    assert rows["bf16"].zero_fraction == 0 and rows["bf16"].rel_error < 0.02
+
+
+def test_pattern_batches_are_learnable_and_seeded():
+    idx, targets = precision.pattern_batch("tiny", 3, 10, seed=5)
+    again, _ = precision.pattern_batch("tiny", 3, 10, seed=5)
+    assert torch.equal(idx, again) and torch.equal(idx[:, 1:], targets[:, :-1])
+    step = (targets - idx) % 256
+    assert torch.all(step == step[:, :1])  # a constant stride per sequence
+
+
+def test_train_losses_same_start_and_parity():
+    fp32 = precision.train_losses("tiny", steps=3, batch_size=2)
+    bf16 = precision.train_losses("tiny", steps=3, batch_size=2, autocast="bf16")
+    fp16 = precision.train_losses("tiny", steps=3, batch_size=2, autocast="fp16")
+    assert len(fp32) == len(bf16) == len(fp16) == 3
+    assert fp32[0] == pytest.approx(bf16[0], rel=0.01) == pytest.approx(fp16[0], rel=0.01)
+    assert precision.loss_gap(fp32, bf16, last=3) < 0.02
+    assert precision.loss_gap([2.0, 2.0], [2.0, 2.2], last=2) == pytest.approx(0.05)
+    with pytest.raises(ValueError):
+        precision.loss_gap([1.0], [1.0, 2.0], last=1)
+
+
+def test_plots_draw_without_a_display():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    runs = {"max, 4": precision.simulate_delayed_scaling([1.0, 2.0, 4.0], history_len=4)}
+    assert precision.plot_delayed_scaling(runs, 448.0).lines
+    x = precision.with_outliers(size=256, every=64)
+    ax = precision.plot_block_errors({"MX": precision.block_errors(x, precision.mx_quantize(x)[0])})
+    assert len(ax.lines) == 1
+    assert len(precision.plot_losses({"fp32": [3.0, 2.0], "bf16": [3.0, 2.1]}).lines) == 2
+
+
+def test_speedups_on_a_cpu_use_measured_roofs(monkeypatch):
+    from helpers import hardware, mfu
+    from helpers.bench import Measurement
+
+    def fake_measure_device(device, dtypes, quick):
+        m = hardware.MeasuredDevice(str(device), "CPU (fake)", 512)
+        m.gemm_flops.update(fp32=1e11, bf16=3e11)
+        m.copy_bandwidth = 2e10
+        return m
+
+    runs = []
+
+    def fake_training(cfg, batch_size, device, autocast, warmup, iters, peak, quick):
+        runs.append((cfg.name, autocast, peak.flops))
+        seconds = {None: 0.02, "bf16": 0.016}[autocast]
+        return types.SimpleNamespace(step=Measurement([seconds] * 3, 0.1, "cpu"), model_flops_per_step=1e9)
+
+    monkeypatch.setattr(hardware, "measure_device", fake_measure_device)
+    monkeypatch.setattr(mfu, "measure_training", fake_training)
+    result = precision.measure_speedups("cpu")
+    assert runs == [("tiny", None, 1e11), ("tiny", "bf16", 3e11)]
+    assert result.peaks == {} and result.bandwidth == 2e10
+    assert result.gemm_speedup == pytest.approx(3.0) and result.step_speedup == pytest.approx(1.25)
+    assert "no datasheet" in result.format() and "training step 1.25x" in result.format()
+    assert len(precision.plot_speedups(result).lines) >= 4
