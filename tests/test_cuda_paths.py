@@ -619,15 +619,7 @@ def cuda_functions(src: Path = ROOT / "src" / "helpers") -> set[str]:
     Modules of a chapter subpackage are named by their dotted path (``memory._cuda.cuda_memory``)."""
     found = set()
     for path in sorted(src.rglob("*.py")):
-        stem = ".".join(path.relative_to(src).with_suffix("").parts)
-        stem = stem.removesuffix(".__init__")
-
-
-    """Top-level functions and classes of helpers (subpackages included: ``precision._training.f``)
-    whose code mentions torch.cuda or a "cuda" device."""
-    found = set()
-    for path in sorted(src.rglob("*.py")):
-        module = ".".join(path.relative_to(src).with_suffix("").parts)
+        module = ".".join(path.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in tree.body:
             if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
@@ -639,9 +631,6 @@ def cuda_functions(src: Path = ROOT / "src" / "helpers") -> set[str]:
                 const = isinstance(sub, ast.Constant) and sub.value in ("cuda", "torch.cuda.nvtx")
                 if attr or const or (isinstance(sub, ast.ImportFrom) and any(
                         a.name == "_nvtx" for a in sub.names)):
-                    found.add(f"{stem}.{node.name}")
-
-
                     found.add(f"{module}.{node.name}")
                     break
     return found
