@@ -409,6 +409,57 @@ def test_record_ddp_on_cuda_runs_ranks_as_fresh_processes(gpu, monkeypatch, tmp_
     assert [p.name for p in paths["one_slow"]] == ["rank0.json.gz", "rank1.json.gz"]
 
 
+# --------------------------------------------------------------------------- capstone (helpers.report)
+
+def test_capstone_gpu_baseline_is_gpt2_small_shaped_with_pinned_workers(gpu):
+    from helpers.report import tuning
+
+    full, quick = tuning.baseline_config("cuda", quick=False), tuning.baseline_config("cuda", quick=True)
+    assert (full.model.n_layers, full.model.d_model, full.model.n_heads) == (12, 768, 12)
+    assert (full.seq_len, full.batch_size, full.device) == (1024, 32, "cuda") and quick.seq_len == 512
+    assert full.precision == "fp32" and full.data_delay_ms > quick.data_delay_ms > 0
+    steps = {c.name: c for c in tuning.tuning_steps("cuda")}
+    assert steps["workers"].fields == {"workers": 8, "pin_memory": True}
+    assert "pinned memory" in steps["workers"].what
+    tuned = full
+    for change in steps.values():
+        tuned = tuning.apply_change(tuned, change)
+    assert tuned.precision == "bf16" and tuned.compile and tuned.fused_optimizer and not tuned.sync_every_step
+
+
+def test_capstone_device_helpers_on_cuda(gpu):
+    from torch.profiler import ProfilerActivity
+
+    from helpers.report import runner
+
+    dev = torch.device("cuda")
+    assert runner._device_name(dev) == "NVIDIA H200"
+    assert runner._activities(dev) == [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    assert runner._activities(torch.device("cpu")) == [ProfilerActivity.CPU]
+    gpu.work(1.0, 3 * 2**20)
+    runner._reset_peak(dev)
+    gpu.work(1.0, 5 * 2**20)
+    assert runner._peak_mb(dev) == 5.0 and runner._peak_mb(torch.device("cpu")) is None
+    assert gpu.log == ["work", "reset_peak", "work"]
+
+
+def test_capstone_timed_windows_sync_only_at_window_edges_on_cuda(gpu, monkeypatch):
+    from helpers.report import runner, tuning
+
+    clock = iter(range(1000))
+    monkeypatch.setattr(runner, "time", types.SimpleNamespace(perf_counter=lambda: float(next(clock))))
+    cfg = tuning.RunConfig(models.get_config("tiny"), batch_size=2, seq_len=8, device="cuda", windows=2,
+                           steps_per_window=3, sync_every_step=False)
+    trainer = types.SimpleNamespace(config=cfg, device=torch.device("cuda"),
+                                    next_batch=lambda: gpu.log.append("batch") or (None, None),
+                                    step=lambda x, y: gpu.work(2.0, 7 * 2**20))
+    samples, data_wait, peak = runner._timed_windows(trainer)
+    window = ["sync"] + ["batch", "work"] * 3 + ["sync"]
+    assert gpu.log == ["reset_peak"] + window * 2  # no sync inside a window
+    assert len(samples) == 2 and len(data_wait) == 6 and peak == 7.0
+    assert samples == [pytest.approx(7 / 3)] * 2  # host clock: 7 readings per window of 3 steps
+
+
 # --------------------------------------------------------------------------- coverage guard
 
 COVERED = {  # function -> the test(s) above that exercise its CUDA branch
@@ -432,6 +483,12 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
     "nvtx._demo_main": "test_nvtx_demo_loop_runs_on_the_gpu_with_a_capture_window",
     "nsys.example_or_capture": "test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples",
     "_ddp.record_ddp": "test_record_ddp_on_cuda_runs_ranks_as_fresh_processes",
+    "report.tuning.baseline_config": "test_capstone_gpu_baseline_is_gpt2_small_shaped_with_pinned_workers",
+    "report.tuning.tuning_steps": "test_capstone_gpu_baseline_is_gpt2_small_shaped_with_pinned_workers",
+    "report.runner._device_name": "test_capstone_device_helpers_on_cuda",
+    "report.runner._activities": "test_capstone_device_helpers_on_cuda",
+    "report.runner._reset_peak": "test_capstone_device_helpers_on_cuda",
+    "report.runner._peak_mb": "test_capstone_device_helpers_on_cuda",
 }
 # CUDA code no CPU test can run, with the reason; the GPU script is where it is proven.
 NOT_ON_CPU = {
@@ -440,9 +497,11 @@ NOT_ON_CPU = {
 
 
 def cuda_functions(src: Path = ROOT / "src" / "helpers") -> set[str]:
-    """Top-level functions and classes of helpers whose code mentions torch.cuda or a "cuda" device."""
+    """Top-level functions and classes of helpers (subpackages included: ``report.runner.f``)
+    whose code mentions torch.cuda or a "cuda" device."""
     found = set()
-    for path in sorted(src.glob("*.py")):
+    for path in sorted(src.rglob("*.py")):
+        module = ".".join(path.relative_to(src).with_suffix("").parts)
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in tree.body:
             if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
@@ -454,7 +513,7 @@ def cuda_functions(src: Path = ROOT / "src" / "helpers") -> set[str]:
                 const = isinstance(sub, ast.Constant) and sub.value in ("cuda", "torch.cuda.nvtx")
                 if attr or const or (isinstance(sub, ast.ImportFrom) and any(
                         a.name == "_nvtx" for a in sub.names)):
-                    found.add(f"{path.stem}.{node.name}")
+                    found.add(f"{module}.{node.name}")
                     break
     return found
 

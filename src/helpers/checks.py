@@ -28,6 +28,7 @@ from typing import Any
 
 from . import _records
 
+
 class CheckFailed(AssertionError):
     """A wrong answer. The message is meant for the learner, not for a developer."""
 
