@@ -28,7 +28,6 @@ from typing import Any
 
 from . import _records
 
-
 class CheckFailed(AssertionError):
     """A wrong answer. The message is meant for the learner, not for a developer."""
 
