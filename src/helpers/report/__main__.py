@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import sys
 import time
@@ -21,13 +22,21 @@ from .runner import Tuner
 from .tuning import baseline_config, tuning_steps
 
 
+def _load() -> float | None:
+    """The 1-minute load average (other programs competing for the CPUs), where the OS has one."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def _record(args: argparse.Namespace) -> int:
     from ..bench import resolve_device
 
     dev = resolve_device(args.device)
     config = baseline_config(dev, quick=not args.full)
     print(config.describe(), flush=True)
-    start = time.perf_counter()
+    start, load_before = time.perf_counter(), _load()
     tuner = Tuner(config, quick=not args.full, trace_dir=f"{args.out}/traces")
     rows = [tuner.run_baseline()]
     print(f"  baseline: {rows[0]['step_time_ms']:.2f} ms/step, {rows[0]['bottleneck']}", flush=True)
@@ -41,7 +50,8 @@ def _record(args: argparse.Namespace) -> int:
     recorded = {"date": datetime.date.today().isoformat(),
                 "where": args.where or f"{platform.node()}, {platform.machine()}",
                 "command": "python -m helpers.report " + " ".join(sys.argv[1:]),
-                "seconds": round(time.perf_counter() - start, 1)}
+                "seconds": round(time.perf_counter() - start, 1),
+                "load_average_1min": {"start": load_before, "end": _load()}, "cpu_count": os.cpu_count()}
     report = build_report(tuner.rows, recorded=recorded)
     paths = report.write(args.out)
     print(report.to_markdown())

@@ -19,7 +19,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -310,10 +310,8 @@ class Tuner:
                      memory_budget_mb=self.baseline_config.memory_budget_mb)
         row["tried_on"] = self.kept_row["name"]
         self.rows.append(row)
-        if row["decision"] == "keep":
+        if row["decision"] == "keep":  # a reverted change leaves the current configuration as it was
             self.current, self.kept_row = config, row
-        else:
-            self.current = replace(self.current)  # unchanged
         return row
 
     @property
