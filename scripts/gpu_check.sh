@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The course on a real CUDA GPU (issue 6, path 4), as one short script that needs no network.
 #
-#   1. every chapter's solution notebook: `trainperf run --device cuda --full` (papermill);
+#   1. every chapter's solution notebook: `trainperf run --device cuda --full` (papermill); the
+#      capstone (chapter 9) writes its report (GPT-2-small-sized GPT, baseline -> tuned) into
+#      $OUT/capstone_report;
 #   2. small real GPU profiler traces of the course model (torch.profiler, CPU + CUDA):
 #      chapter 3 (NVTX / record_function ranges step/forward/backward/optimizer) and chapter 4
 #      (ProfilerStep markers, host-to-device batch copies), each read back with the course's
 #      own helpers to prove they parse;
 #   3. the course model's measured MFU / HFU (helpers.mfu.measure_training) if helpers.mfu exists;
-#   4. a summary: per-chapter GPU seconds, the GPU, torch, MFU -> $OUT/summary.json.
+#   4. a summary: per-chapter GPU seconds, the GPU, torch, MFU, the capstone's baseline and
+#      tuned MFU -> $OUT/summary.json.
 #
 # Usage
 #   on a machine with network, once:  scripts/gpu_check.sh --fetch-wheels
@@ -16,8 +19,8 @@
 #   on the GPU machine (carry .whl):  OUT=/some/dir scripts/gpu_check.sh
 #       exits 2 at once, saying why, when torch sees no CUDA GPU; 1 when a chapter failed.
 # Files written to $OUT (default build/gpu_check), at most 8, each well under 16 MiB:
-#   gpu_check.log, summary.json, executed_notebooks.tar.gz,
-#   ch03_course_model_trace.json.gz, ch04_course_model_trace.json.gz
+#   gpu_check.log, summary.json, executed_notebooks.tar.gz, capstone_report.tar.gz (report.md,
+#   report.json, report.png), ch03_course_model_trace.json.gz, ch04_course_model_trace.json.gz
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -80,6 +83,7 @@ print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), {torch.cuda.get_d
 EOF
 
 echo "== 1. every chapter on the GPU: trainperf run --device cuda --full"
+export CAPSTONE_REPORT_DIR="$OUT/capstone_report"
 "$PY" -m trainperf.cli run --device cuda --full --out "$OUT/executed" --cell-timeout 300 \
   | tee "$OUT/run_table.txt"
 run_status=${PIPESTATUS[0]}
@@ -149,6 +153,22 @@ else:
                       "seconds": round(time.perf_counter() - t0, 1)}
     print(f"course model MFU {run.mfu:.1%}, HFU {run.hfu:.1%}, step {run.step.median * 1e3:.2f} ms")
 
+capstone = out / "capstone_report" / "report.json"
+if capstone.is_file():
+    from helpers import report
+    rep = report.read_report(capstone)
+    base, tuned = rep.baseline, rep.tuned
+    summary["capstone"] = {
+        "config": rep.config["describe"], "gpu": rep.hardware["device_name"],
+        "baseline": {"mfu": base["mfu"], "step_ms": base["step_time_ms"], "bottleneck": base["bottleneck"]},
+        "tuned": {"name": tuned["name"], "mfu": tuned["mfu"], "hfu": tuned["hfu"],
+                  "step_ms": tuned["step_time_ms"], "tokens_per_s": tuned["tokens_per_s"],
+                  "bottleneck": tuned["bottleneck"], "peak_mem_mb": tuned["peak_mem_mb"]},
+        "decisions": {r["name"]: r["decision"] for r in rep.rows}}
+    print(f"capstone: baseline MFU {base['mfu']:.1%} -> tuned ({tuned['name']}) MFU {tuned['mfu']:.1%}")
+else:
+    print("capstone: no report.json (did chapter 9 fail?)")
+
 rows = re.findall(r"^(\d\d_\S+)\s+(\S+)\s+([\d.]+)\s+(\S+)", (out / "run_table.txt").read_text(), re.M)
 summary["chapters"] = {c: {"device": d, "seconds": float(s), "status": st} for c, d, s, st in rows}
 summary["gpu"] = torch.cuda.get_device_name(0)
@@ -159,11 +179,15 @@ py_status=$?
 
 tar czf "$OUT/executed_notebooks.tar.gz" -C "$OUT" executed run_table.txt 2>/dev/null \
   && rm -rf "$OUT/executed" "$OUT/run_table.txt"
+if [[ -d "$OUT/capstone_report" ]]; then  # the report, not its profiler traces (kept in a temp folder)
+  tar czf "$OUT/capstone_report.tar.gz" -C "$OUT" capstone_report && rm -rf "$OUT/capstone_report"
+fi
 echo "== per-chapter GPU seconds"
 "$PY" -c "
 import json, sys; s = json.load(open(sys.argv[1]))
 for c, r in s.get('chapters', {}).items(): print(f'{c:<22} {r[\"seconds\"]:>7.1f} s  {r[\"status\"]}')
 m = s.get('mfu'); print('course model MFU:', f\"{m['mfu']:.1%} (HFU {m['hfu']:.1%}, {m['config']}, {m['autocast']})\" if m else 'n/a')
+c = s.get('capstone'); print('capstone MFU:', f\"baseline {c['baseline']['mfu']:.1%} -> tuned {c['tuned']['mfu']:.1%} ({c['tuned']['name']})\" if c else 'n/a')
 " "$OUT/summary.json" 2>/dev/null || echo "(no summary.json)"
 echo "gpu_check: $(( $(date +%s) - start )) s; trainperf run exit $run_status, traces/MFU exit $py_status; files in $OUT"
 [[ $run_status -eq 0 && $py_status -eq 0 ]]

@@ -575,6 +575,57 @@ def test_train_losses_on_a_gpu_autocast_on_cuda(gpu, monkeypatch):
     assert len(losses) == 2 and autocasts == [("cuda", torch.bfloat16)] * 2
 
 
+# --------------------------------------------------------------------------- capstone (helpers.report)
+
+def test_capstone_gpu_baseline_is_gpt2_small_shaped_with_pinned_workers(gpu):
+    from helpers.report import tuning
+
+    full, quick = tuning.baseline_config("cuda", quick=False), tuning.baseline_config("cuda", quick=True)
+    assert (full.model.n_layers, full.model.d_model, full.model.n_heads) == (12, 768, 12)
+    assert (full.seq_len, full.batch_size, full.device) == (1024, 32, "cuda") and quick.seq_len == 512
+    assert full.precision == "fp32" and full.data_delay_ms > quick.data_delay_ms > 0
+    steps = {c.name: c for c in tuning.tuning_steps("cuda")}
+    assert steps["workers"].fields == {"workers": 8, "pin_memory": True}
+    assert "pinned memory" in steps["workers"].what
+    tuned = full
+    for change in steps.values():
+        tuned = tuning.apply_change(tuned, change)
+    assert tuned.precision == "bf16" and tuned.compile and tuned.fused_optimizer and not tuned.sync_every_step
+
+
+def test_capstone_device_helpers_on_cuda(gpu):
+    from torch.profiler import ProfilerActivity
+
+    from helpers.report import runner
+
+    dev = torch.device("cuda")
+    assert runner._device_name(dev) == "NVIDIA H200"
+    assert runner._activities(dev) == [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    assert runner._activities(torch.device("cpu")) == [ProfilerActivity.CPU]
+    gpu.work(1.0, 3 * 2**20)
+    runner._reset_peak(dev)
+    gpu.work(1.0, 5 * 2**20)
+    assert runner._peak_mb(dev) == 5.0 and runner._peak_mb(torch.device("cpu")) is None
+    assert gpu.log == ["work", "reset_peak", "work"]
+
+
+def test_capstone_timed_windows_sync_only_at_window_edges_on_cuda(gpu, monkeypatch):
+    from helpers.report import runner, tuning
+
+    clock = iter(range(1000))
+    monkeypatch.setattr(runner, "time", types.SimpleNamespace(perf_counter=lambda: float(next(clock))))
+    cfg = tuning.RunConfig(models.get_config("tiny"), batch_size=2, seq_len=8, device="cuda", windows=2,
+                           steps_per_window=3, sync_every_step=False)
+    trainer = types.SimpleNamespace(config=cfg, device=torch.device("cuda"),
+                                    next_batch=lambda: gpu.log.append("batch") or (None, None),
+                                    step=lambda x, y: gpu.work(2.0, 7 * 2**20))
+    samples, data_wait, peak = runner._timed_windows(trainer)
+    window = ["sync"] + ["batch", "work"] * 3 + ["sync"]
+    assert gpu.log == ["reset_peak"] + window * 2  # no sync inside a window
+    assert len(samples) == 2 and len(data_wait) == 6 and peak == 7.0
+    assert samples == [pytest.approx(7 / 3)] * 2  # host clock: 7 readings per window of 3 steps
+
+
 # --------------------------------------------------------------------------- coverage guard
 
 COVERED = {  # function -> the test(s) above that exercise its CUDA branch
@@ -606,6 +657,14 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
     "compiling._report.pick_backend": "test_pick_backend_on_a_gpu_needs_triton",
     "precision._training.measure_speedups":
         "test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak",
+
+
+    "report.tuning.baseline_config": "test_capstone_gpu_baseline_is_gpt2_small_shaped_with_pinned_workers",
+    "report.tuning.tuning_steps": "test_capstone_gpu_baseline_is_gpt2_small_shaped_with_pinned_workers",
+    "report.runner._device_name": "test_capstone_device_helpers_on_cuda",
+    "report.runner._activities": "test_capstone_device_helpers_on_cuda",
+    "report.runner._reset_peak": "test_capstone_device_helpers_on_cuda",
+    "report.runner._peak_mb": "test_capstone_device_helpers_on_cuda",
 }
 # CUDA code no CPU test can run, with the reason; the GPU script is where it is proven.
 NOT_ON_CPU = {

@@ -1,0 +1,91 @@
+"""Chapter 9 — the capstone: a performance report for a small GPT, from baseline to tuned.
+
+A small GPT (``helpers.models``) learns the shipped public-domain corpus one byte per token,
+through a real ``DataLoader``. The baseline is fixed and measured; then one change at a time
+is tried on the configuration kept so far — no per-step sync, DataLoader workers (and pinned
+memory on a GPU), bf16 autocast, a fused optimizer, activation checkpointing, ``torch.compile``
+— each measured the same way and kept or reverted. The result is a report in seed 001's
+template (experiment, hardware, config, throughput, trace findings, next action), written as
+Markdown and JSON with a comparison table and plots, and read back.
+
+Parts:
+
+* :mod:`~helpers.report.corpus` — the corpus, a byte tokenizer, datasets (a deliberately slow
+  one) and the DataLoader settings;
+* :mod:`~helpers.report.tuning` — :class:`RunConfig`, the baseline, the changes, and the small
+  functions behind each change (the integration points with chapters 5–8);
+* :mod:`~helpers.report.runner` — :func:`run_config` (one measured row) and :class:`Tuner`;
+* :mod:`~helpers.report.phases` — phase times of each step from a profiler trace;
+* :mod:`~helpers.report.rules` — MFU / HFU, deltas, the data-stall rule, the bottleneck class,
+  keep or revert (plain functions of plain numbers);
+* :mod:`~helpers.report.document` — the report: Markdown, JSON, plot, reading back, and the
+  reports recorded by this project.
+
+``python -m helpers.report record --device cpu|cuda [--full]`` runs the whole capstone and
+writes its report (how the shipped recordings were made).
+"""
+
+from __future__ import annotations
+
+from .corpus import (
+    CORPUS_TITLE,
+    ByteTokenizer,
+    SlowDataset,
+    TokenWindows,
+    batches,
+    corpus_bytes,
+    corpus_sha256,
+    corpus_text,
+    corpus_tokens,
+    make_dataset,
+    make_loader,
+)
+from .document import (
+    COLUMNS,
+    Report,
+    build_report,
+    format_row,
+    parse_markdown_table,
+    plot_report,
+    read_report,
+    recorded_report,
+    table_row,
+)
+from .phases import mean_phases, step_phases
+from .rules import (
+    LOSS_TOLERANCE,
+    NEXT_ACTIONS,
+    STALL_THRESHOLD,
+    bottleneck_class,
+    compare,
+    data_stall,
+    decide,
+    memory_mb,
+    mfu_hfu,
+)
+from .runner import Trainer, Tuner, derive, executed_flops, peak_for, run_config
+from .tuning import (
+    Change,
+    RunConfig,
+    apply_change,
+    apply_checkpointing,
+    autocast_context,
+    baseline_config,
+    compile_model,
+    make_optimizer,
+    saved_bytes,
+    tuning_steps,
+)
+
+__all__ = [
+    "CORPUS_TITLE", "ByteTokenizer", "SlowDataset", "TokenWindows", "batches", "corpus_bytes",
+    "corpus_sha256",
+    "corpus_text", "corpus_tokens", "make_dataset", "make_loader",
+    "COLUMNS", "Report", "build_report", "format_row", "parse_markdown_table", "plot_report", "read_report",
+    "recorded_report", "table_row", "mean_phases", "step_phases",
+    "LOSS_TOLERANCE", "NEXT_ACTIONS", "STALL_THRESHOLD", "bottleneck_class", "compare", "data_stall",
+    "decide", "memory_mb", "mfu_hfu",
+    "Trainer", "Tuner", "derive", "executed_flops", "peak_for", "run_config",
+    "Change", "RunConfig", "apply_change", "apply_checkpointing", "autocast_context", "baseline_config",
+    "compile_model", "make_optimizer", "saved_bytes", "tuning_steps",
+]

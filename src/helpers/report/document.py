@@ -1,0 +1,302 @@
+"""The performance report (seed 001's template), written as Markdown + JSON + a plot, and
+read back.
+
+Sections: experiment, hardware, config, parallel, throughput (the baseline / tuned comparison
+table, one row per configuration tried), trace findings, next action. ``report.json`` holds
+every measured number; the derived ones (MFU, deltas, flags, bottleneck class) are
+recomputed from them by :func:`helpers.report.derive`, and the table is formatted from the
+rows, so :func:`read_report` gives back the same table that ``report.md`` shows.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import rules
+
+COLUMNS = ("step", "change", "step time ms median [min–max]", "samples/s", "tokens/s", "memory MiB",
+           "loss", "MFU", "HFU", "vs baseline", "faster", "bottleneck", "decision", "notes")
+RECORDED = {  # name -> file in helpers/data (see capstone_recorded_README.md)
+    "cpu-quick": "capstone_recorded_cpu-quick.json",
+    "cpu-full": "capstone_recorded_cpu-full.json",
+}
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _notes(row: dict[str, Any]) -> str:
+    notes = []
+    if row["first_step_ms"] > 5 * row["step_time_ms"]:
+        notes.append(f"first step {row['first_step_ms'] / 1e3:.2f} s")
+    if row["stalled"]:
+        notes.append(f"data stall: data {row['data_ratio']:.0%} of compute")
+    if row["hfu"] > row["mfu"] * 1.05:
+        notes.append("HFU > MFU: recomputed forward")
+    if row.get("decision") == "revert" and abs(row.get("loss_change", 0)) > row.get("loss_tolerance", 1e9):
+        notes.append("loss outside tolerance")
+    return "; ".join(notes)
+
+
+def table_row(row: dict[str, Any]) -> list[str]:
+    """One row of the comparison table, as the strings the Markdown shows."""
+    mem_kind = "peak" if row.get("peak_mem_mb") is not None else "saved"
+    vs = row.get("vs_baseline") or {}
+    delta = vs.get("step_time_delta_ms")
+    prev = row.get("vs_previous") or {}
+    faster = prev.get("time_improved")
+    return [
+        row["name"], row["change"],
+        f"{row['step_time_ms']:.2f} [{row['step_time_min_ms']:.2f}–{row['step_time_max_ms']:.2f}]",
+        f"{row['samples_per_s']:,.1f}", f"{row['tokens_per_s']:,.0f}",
+        f"{row['memory_mb']:.2f} ({mem_kind})", f"{row['loss']:.4f}",
+        _pct(row["mfu"]), _pct(row["hfu"]),
+        "—" if delta is None or row.get("decision") == "baseline"
+        else f"{delta:+.2f} ms ({rows_speedup(row):.2f}x)",
+        "—" if row.get("decision") == "baseline" else ("yes" if faster else "no"),
+        row["bottleneck"], row.get("decision", ""), _notes(row),
+    ]
+
+
+def format_row(row: dict[str, Any]) -> str:
+    """A few lines about one measured row, for a notebook."""
+    p = row["phases_ms"]
+    mem = (f"CUDA peak {row['peak_mem_mb']:.1f} MiB, " if row.get("peak_mem_mb") is not None else "")
+    lines = [f"{row['name']}: {row['change']}",
+             f"  step {row['step_time_ms']:.2f} ms (median of {len(row['step_time_samples_ms'])} windows; "
+             f"min {row['step_time_min_ms']:.2f}, max {row['step_time_max_ms']:.2f}; first step "
+             f"{row['first_step_ms']:.0f} ms) | {row['samples_per_s']:,.1f} samples/s | "
+             f"{row['tokens_per_s']:,.0f} tokens/s",
+             f"  memory: {mem}saved for backward {row['saved_mb']:.2f} MiB | loss after "
+             f"{row['loss_steps']} steps {row['loss']:.4f} | MFU {row['mfu']:.2%}, HFU {row['hfu']:.2%} "
+             f"({row['precision']} peak {row['peak_flops'] / 1e12:.3g} TFLOP/s, {row['peak_kind']})",
+             f"  trace, ms per step: data {p['data']:.2f}, forward {p['forward']:.2f}, backward "
+             f"{p['backward']:.2f}, optimizer {p['optimizer']:.2f}, other {p['other']:.2f} -> "
+             f"{row['bottleneck']} (data / compute {row['data_ratio']:.0%})"]
+    if row.get("decision") not in (None, "baseline"):
+        vs = row["vs_previous"]
+        verdict = "faster than its fastest window" if vs["time_improved"] else "not faster beyond its spread"
+        lines.append(f"  vs {row.get('tried_on', 'previous')}: {vs['step_time_delta_ms']:+.2f} ms ({verdict})"
+                     f"; loss change {row['loss_change']:+.4f} (tolerance ±{row['loss_tolerance']:.4f})"
+                     f" -> {row['decision'].upper()}")
+    return "\n".join(lines)
+
+
+def rows_speedup(row: dict[str, Any]) -> float:
+    """Baseline step time / this row's step time."""
+    delta = row["vs_baseline"]["step_time_delta_ms"]
+    return (row["step_time_ms"] + delta) / row["step_time_ms"]
+
+
+@dataclass
+class Report:
+    """A performance report: what was run, on what, the table, what the traces say, what next."""
+
+    experiment: str
+    hardware: dict[str, Any]
+    config: dict[str, Any]
+    parallel: str
+    rows: list[dict[str, Any]]
+    trace_findings: list[str] = field(default_factory=list)
+    next_action: list[str] = field(default_factory=list)
+    recorded: dict[str, Any] = field(default_factory=dict)  # when, where, by what command
+
+    @property
+    def baseline(self) -> dict[str, Any]:
+        return self.rows[0]
+
+    @property
+    def tuned(self) -> dict[str, Any]:
+        """The last configuration kept."""
+        kept = [r for r in self.rows if r.get("decision") in ("baseline", "keep")]
+        return kept[-1]
+
+    def table(self) -> list[list[str]]:
+        """The comparison table: the header, then one list of cell strings per row."""
+        return [list(COLUMNS)] + [table_row(r) for r in self.rows]
+
+    def to_markdown(self) -> str:
+        hw, cfg = self.hardware, self.config
+        lines = [f"# Performance report: {self.experiment}", "",
+                 "```", f"experiment: {self.experiment}",
+                 f"hardware: {hw['num_devices']}x {hw['device_name']}; peaks: " + "; ".join(
+                     f"{k} {v['flops'] / 1e12:.4g} TFLOP/s ({v['kind']}: {v['source']})"
+                     for k, v in hw["peaks"].items()),
+                 f"config: {cfg['describe']}", f"parallel: {self.parallel}",
+                 f"recorded: {self.recorded.get('date', '?')} · torch {hw.get('torch', '?')} · "
+                 f"{self.recorded.get('where', '')}", "```", "",
+                 "## Throughput", "",
+                 f"Loss after {self.baseline['loss_steps']} steps must stay within "
+                 f"{rules.LOSS_TOLERANCE:.0%} of the baseline's ({self.baseline['loss']:.4f}). "
+                 "'faster' compares with the configuration the change was tried on: its median "
+                 "must be below that configuration's fastest window. Memory: 'peak' = CUDA peak "
+                 "allocated, 'saved' = bytes saved for backward (CPU).", ""]
+        table = self.table()
+        lines.append("| " + " | ".join(table[0]) + " |")
+        lines.append("|" + "---|" * len(table[0]))
+        lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in table[1:]]
+        lines += ["", "## Trace findings", ""] + [f"- {f}" for f in self.trace_findings]
+        lines += ["", "## Next action", ""] + [f"- {a}" for a in self.next_action]
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=False, default=str) + "\n"
+
+    def write(self, folder: str | Path, plot: bool = True) -> dict[str, Path]:
+        """Write ``report.md``, ``report.json`` and (``plot=True``) ``report.png`` into ``folder``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = {"markdown": folder / "report.md", "json": folder / "report.json"}
+        paths["markdown"].write_text(self.to_markdown(), encoding="utf-8")
+        paths["json"].write_text(self.to_json(), encoding="utf-8")
+        if plot:
+            import matplotlib.pyplot as plt
+
+            fig = plot_report(self)
+            paths["plot"] = folder / "report.png"
+            fig.savefig(paths["plot"], dpi=110, bbox_inches="tight")
+            plt.close(fig)
+        return paths
+
+
+def findings(rows: list[dict[str, Any]]) -> list[str]:
+    """What the traces say about the baseline and the tuned configuration."""
+    out = []
+    kept = [r for r in rows if r.get("decision") in ("baseline", "keep")]
+    pairs = [("baseline", rows[0])] + ([("tuned", kept[-1])] if len(kept) > 1 else [])
+    if len(kept) == 1:
+        out.append("no change was kept: the tuned configuration is the baseline")
+    for label, row in pairs:
+        p = row["phases_ms"]
+        out.append(f"{label} ({row['name']}): {row['bottleneck']}; per step data {p['data']:.2f} ms, "
+                   f"forward {p['forward']:.2f}, backward {p['backward']:.2f}, optimizer "
+                   f"{p['optimizer']:.2f}, other {p['other']:.2f} ms; data / compute "
+                   f"{row['data_ratio']:.0%} (stall above {rules.STALL_THRESHOLD:.0%}) — "
+                   f"{len(row['phase_steps_ms'])} profiled steady-state steps")
+    for row in rows[1:]:
+        if row.get("decision") == "revert":
+            out.append(f"reverted {row['name']}: " + ("loss moved beyond tolerance" if abs(
+                row["loss_change"]) > row["loss_tolerance"] else "no gain beyond run-to-run spread"
+                if not row["vs_previous"]["time_improved"] else "does not fit the memory budget"))
+    return out
+
+
+def next_actions(rows: list[dict[str, Any]]) -> list[str]:
+    """Seed 003's next round: the fix for the tuned configuration's bottleneck, then reruns."""
+    kept = [r for r in rows if r.get("decision") in ("baseline", "keep")][-1]
+    return [f"tuned is {kept['bottleneck']}: try {rules.NEXT_ACTIONS[kept['bottleneck']]}",
+            "rerun the same measurement (same seed, warm-up and windows) and add the row to this table",
+            "re-measure on a quiet machine before trusting small differences (see the min–max ranges)"]
+
+
+def build_report(rows: list[dict[str, Any]], experiment: str | None = None,
+                 recorded: dict[str, Any] | None = None) -> Report:
+    """A report from the rows of a :class:`helpers.report.Tuner` (baseline first)."""
+    if not rows:
+        raise ValueError("build_report needs at least the baseline row")
+    base = rows[0]
+    cfg = base["config"]
+    m = cfg["model"]
+    peaks = {}
+    for row in rows:
+        peaks.setdefault(row["precision"], {"flops": row["peak_flops"], "kind": row["peak_kind"],
+                                            "source": row["peak_source"]})
+    hardware = {"device": base["device"], "device_name": base["device_name"], "num_devices": 1,
+                "peaks": peaks, "torch": torch.__version__, "python": platform.python_version()}
+    describe = (f"layers={m['n_layers']}, hidden={m['d_model']}, heads={m['n_heads']}, "
+                f"seq={cfg['seq_len']}, global_batch={cfg['batch_size']}, vocab={m['vocab_size']} (bytes), "
+                f"AdamW lr={cfg['lr']:g}, warm-up {cfg['warmup']} steps, {cfg['windows']} windows × "
+                f"{cfg['steps_per_window']} timed steps, data delay {cfg['data_delay_ms']:g} ms/batch")
+    tuned = [r for r in rows if r.get("decision") in ("baseline", "keep")][-1]
+    ckpt = "on" if tuned["config"]["checkpointing"] else "off"
+    return Report(experiment or f"{m['name']}: baseline -> tuned", hardware,
+                  {**{k: v for k, v in cfg.items() if k != "model"}, "model": m, "describe": describe},
+                  f"dp=1, tp=1, pp=1, activation_checkpoint={ckpt} (tuned)", rows,
+                  findings(rows), next_actions(rows), recorded or {})
+
+
+def rederive(rows: list[dict[str, Any]], memory_budget_mb: float | None = None) -> list[dict[str, Any]]:
+    """Recompute every derived number of a report's rows from the measured ones (each row
+    against the baseline and the row it was tried on), as :class:`~helpers.report.Tuner` did."""
+    from .runner import derive
+
+    out: list[dict[str, Any]] = []
+    for i, row in enumerate(rows):
+        if i == 0:
+            new = derive(row, baseline=row)
+            new["decision"] = "baseline"
+        else:
+            previous = next(r for r in out if r["name"] == row["tried_on"])
+            new = derive(row, baseline=out[0], previous=previous, memory_budget_mb=memory_budget_mb)
+        out.append(new)
+    return out
+
+
+def read_report(path: str | Path) -> Report:
+    """A report from its ``report.json`` (or the folder holding it). The rows' derived numbers
+    (MFU, HFU, deltas, flags, bottleneck class, decisions) are recomputed from the measured ones."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "report.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no report at {path}: give report.json or the folder Report.write() made")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data["rows"] = rederive(data["rows"], data["config"].get("memory_budget_mb"))
+        return Report(**data)
+    except (json.JSONDecodeError, TypeError, KeyError, StopIteration) as err:
+        raise ValueError(f"{path} is not a report written by helpers.report ({err})") from None
+
+
+def parse_markdown_table(markdown: str) -> list[list[str]]:
+    """The comparison table of a report's Markdown (header first), cells as strings."""
+    lines = [ln for ln in markdown.splitlines() if ln.startswith("| ")]
+    if not lines:
+        raise ValueError("no table in this Markdown")
+    return [[c.strip() for c in ln.strip().strip("|").split(" | ")] for ln in lines]
+
+
+def recorded_report(name: str = "cpu-quick") -> Report:
+    """A report recorded by this project and shipped with the package (see
+    ``helpers/data/capstone_recorded_README.md`` for where and when)."""
+    if name not in RECORDED:
+        raise KeyError(f"no recorded report {name!r}; choose one of {', '.join(RECORDED)}")
+    path = resources.files("helpers") / "data" / RECORDED[name]
+    return read_report(Path(str(path)))
+
+
+def plot_report(report: Report):
+    """Step time (median, min–max bars), MFU / HFU and memory of every row."""
+    import matplotlib.pyplot as plt
+
+    rows = report.rows
+    names = [r["name"] for r in rows]
+    colors = ["tab:gray" if r.get("decision") == "revert" else "tab:blue" for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    med = [r["step_time_ms"] for r in rows]
+    err = [[r["step_time_ms"] - r["step_time_min_ms"] for r in rows],
+           [r["step_time_max_ms"] - r["step_time_ms"] for r in rows]]
+    axes[0].bar(names, med, yerr=err, color=colors, capsize=3)
+    axes[0].set_ylabel("step time, ms (median, min–max)")
+    x = range(len(rows))
+    axes[1].bar([i - 0.2 for i in x], [100 * r["mfu"] for r in rows], 0.4, label="MFU")
+    axes[1].bar([i + 0.2 for i in x], [100 * r["hfu"] for r in rows], 0.4, label="HFU")
+    axes[1].set_xticks(list(x), names)
+    axes[1].set_ylabel("% of the precision's peak")
+    axes[1].legend()
+    axes[2].bar(names, [r["memory_mb"] for r in rows], color=colors)
+    kind = "CUDA peak allocated" if rows[0].get("peak_mem_mb") is not None else "saved for backward"
+    axes[2].set_ylabel(f"MiB ({kind})")
+    for ax in axes:
+        ax.tick_params(axis="x", rotation=45)
+    fig.suptitle(f"{report.experiment} — grey: reverted")
+    fig.tight_layout()
+    return fig

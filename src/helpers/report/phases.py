@@ -1,0 +1,79 @@
+"""From a profiler trace of a few training steps to the time of each phase of a step.
+
+The training loop marks its phases with named ranges (``helpers.nvtx.annotate``, which is a
+``torch.profiler.record_function`` range plus NVTX on a GPU): ``dataloader``, ``forward``,
+``backward``, ``optimizer``. For each ``ProfilerStep#N`` of the trace:
+
+* on a CPU trace a phase's time is the length of its ranges (the training thread does the
+  work itself);
+* on a GPU trace a phase's time is the busy time of the GPU kernels *launched* while its
+  range was open (kernels are matched to their launch by the trace's correlation ids), and
+  data time is the time the GPU sat idle while the host was inside ``dataloader``
+  (``helpers.timeline.step_breakdown``'s data wait);
+* ``other`` is the rest of the step: host work outside the ranges, syncs, launch gaps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from .. import timeline
+from ..timeline import Trace
+
+RANGES = {"data": "dataloader", "forward": "forward", "backward": "backward", "optimizer": "optimizer"}
+
+
+def _host_ranges(trace: Trace, name: str) -> list[tuple[float, float]]:
+    return [(e.ts, e.end) for e in trace.events
+            if e.stream is None and e.name == name and e.cat in ("user_annotation", "")]
+
+
+def _launch_times(trace: Trace) -> dict[int, float]:
+    """correlation id -> host time of the launch (runtime / driver call) of device work."""
+    return {e.correlation: e.ts for e in trace.events
+            if e.stream is None and e.correlation is not None and e.cat in ("cuda_runtime", "cuda_driver")}
+
+
+def _inside(t: float, spans: Sequence[tuple[float, float]]) -> bool:
+    return any(s <= t <= e for s, e in spans)
+
+
+def step_phases(trace: Trace) -> list[dict[str, float]]:
+    """Per ``ProfilerStep``: ms of data, forward, backward, optimizer and other."""
+    steps = [s for s in trace.steps() if s.name.startswith("ProfilerStep")] or trace.steps()
+    if not steps:
+        raise ValueError(f"{trace.path}: no ProfilerStep#N events; record with a torch.profiler "
+                         "schedule and call prof.step() after every step")
+    ranges = {phase: _host_ranges(trace, name) for phase, name in RANGES.items()}
+    if not any(ranges.values()):
+        raise ValueError(f"{trace.path}: no dataloader / forward / backward / optimizer ranges; "
+                         "annotate the loop with helpers.nvtx.annotate(name)")
+    if trace.is_gpu:
+        launches = _launch_times(trace)
+        breakdown = {b.step: b for b in timeline.step_breakdown(trace)}
+    out = []
+    for step in steps:
+        lo, hi = step.ts, step.end
+        spans = {p: timeline.cut(v, lo, hi) for p, v in ranges.items()}
+        ms: dict[str, float] = {}
+        if trace.is_gpu:
+            for phase in ("forward", "backward", "optimizer"):
+                kernels = [(e.ts, e.end) for e in trace.events if e.stream is not None
+                           and e.correlation in launches and _inside(launches[e.correlation], spans[phase])]
+                ms[phase] = timeline.union_length(kernels) / 1e3
+            ms["data"] = breakdown[step.name].data_wait_us / 1e3
+        else:
+            for phase, span in spans.items():
+                ms[phase] = timeline.union_length(span) / 1e3
+        ms["other"] = max(0.0, step.dur / 1e3 - sum(ms[p] for p in RANGES))
+        ms["step"] = step.dur / 1e3
+        out.append({k: ms[k] for k in ("step", *RANGES, "other")})
+    return out
+
+
+def mean_phases(per_step: Sequence[dict[str, float]]) -> dict[str, float]:
+    """The mean of each phase over steps."""
+    if not per_step:
+        raise ValueError("mean_phases needs at least one step")
+    return {k: statistics.fmean(s[k] for s in per_step) for k in per_step[0]}

@@ -1,0 +1,321 @@
+"""Measure one configuration end to end, and try the changes one at a time.
+
+:func:`run_config` trains the configuration from a fixed seed and returns one row of the
+report: step time (median and range of timed windows), samples/s and tokens/s, memory (CUDA
+peak allocated, or bytes saved for backward), loss after N steps, FLOPs, MFU / HFU, and the
+phases and bottleneck class read from a profiler trace of a few more steps.
+
+Measurement protocol (seed 000 §05, seed 003): warm-up steps are never timed (the first one,
+where compilation happens, is reported apart); each timed sample is a window of several steps
+bracketed by device synchronisation, so a run without per-step syncs is timed as it runs; the
+profiler runs after the timed steps, never during them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from .. import mfu, models, nvtx, timeline
+from ..bench import resolve_device, synchronize
+from . import corpus, phases, rules, tuning
+from .tuning import RunConfig
+
+
+def _device_name(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    n = torch.get_num_threads()
+    return f"CPU ({n} thread{'s' if n > 1 else ''} of {os.cpu_count()} cores)"
+
+
+def _reset_peak(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+
+
+def _peak_mb(dev: torch.device) -> float | None:
+    """CUDA peak allocated memory in MiB; None on a CPU, where it is not measured."""
+    return torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None
+
+
+def _activities(dev: torch.device) -> list[ProfilerActivity]:
+    return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+
+
+_PEAKS: dict[tuple[str, str, bool, int], mfu.Peak] = {}
+
+
+def peak_for(dev: torch.device, precision: str, quick: bool = True) -> mfu.Peak:
+    """The MFU denominator for ``precision`` on ``dev`` (datasheet on a known GPU, measured
+    GEMM FLOP/s otherwise, with the current number of CPU threads), measured once per process."""
+    key = (str(dev), precision, quick, torch.get_num_threads())
+    if key not in _PEAKS:
+        _PEAKS[key] = mfu.device_peak(dev, precision, quick=quick)
+    return _PEAKS[key]
+
+
+@dataclass
+class Trainer:
+    """The model, optimizer and data of one configuration, and its training step."""
+
+    config: RunConfig
+    device: torch.device
+    model: models.TinyGPT
+    train_model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    batches: Iterator
+    losses: list = field(default_factory=list)
+
+    @classmethod
+    def build(cls, config: RunConfig, total_steps: int) -> Trainer:
+        dev = resolve_device(config.device)
+        model = models.build_model(config.model, dev, seed=config.seed)
+        if config.checkpointing:
+            tuning.apply_checkpointing(model)
+        train_model = tuning.compile_model(model) if config.compile else model
+        optimizer = tuning.make_optimizer(model, config.lr, config.fused_optimizer)
+        per_sample = config.data_delay_ms / config.batch_size
+        dataset = corpus.make_dataset(config.seq_len, per_sample)
+        loader = corpus.make_loader(dataset, config.batch_size, config.batch_size * total_steps,
+                                    workers=config.workers, pin_memory=config.pin_memory,
+                                    seed=config.seed)
+        return cls(config, dev, model, train_model, optimizer, corpus.batches(loader))
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = next(self.batches)
+        blocking = not self.config.pin_memory
+        return x.to(self.device, non_blocking=not blocking), y.to(self.device, non_blocking=not blocking)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor, ranges: bool = False) -> torch.Tensor:
+        mark = nvtx.annotate if ranges else _no_range
+        with mark("forward"), tuning.autocast_context(self.config.precision, self.device):
+            loss = self.train_model(x, y)
+        with mark("backward"):
+            loss.backward()
+        with mark("optimizer"):
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        loss = loss.detach()
+        if self.config.sync_every_step:
+            self.losses.append(loss.item())  # the common habit: a host-device sync every step
+        else:
+            self.losses.append(loss)  # stays on the device
+        return loss
+
+    def loss_after(self, last: int = 5) -> float:
+        """Mean loss of the last ``last`` steps, read back once."""
+        tail = self.losses[-last:]
+        if tail and isinstance(tail[0], torch.Tensor):
+            return torch.stack(tail).float().mean().item()
+        return statistics.fmean(tail)
+
+
+class _no_range:  # noqa: N801
+    def __init__(self, name: str) -> None:
+        pass
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _timed_windows(trainer: Trainer) -> tuple[list[float], list[float], float | None]:
+    """Step-time samples (s per step, one per window), host time waiting for data per step,
+    and the CUDA peak over the timed steps."""
+    cfg, dev = trainer.config, trainer.device
+    _reset_peak(dev)
+    samples, data_wait = [], []
+    for _ in range(cfg.windows):
+        synchronize(dev)
+        start = time.perf_counter()
+        for _ in range(cfg.steps_per_window):
+            t = time.perf_counter()
+            x, y = trainer.next_batch()
+            data_wait.append(time.perf_counter() - t)
+            trainer.step(x, y)
+        synchronize(dev)
+        samples.append((time.perf_counter() - start) / cfg.steps_per_window)
+    return samples, data_wait, _peak_mb(dev)
+
+
+def _trace(trainer: Trainer, folder: Path) -> Path:
+    """Profile ``trace_steps`` steady-state steps (one more step warms the profiler up)."""
+    cfg, dev = trainer.config, trainer.device
+    path = folder / f"{cfg.name}_trace.json.gz"
+    # Kineto logs every profiler start / stop to stderr unless told otherwise; it reads this
+    # when the profiler is first used in the process. A level the user set is kept.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    with profile(activities=_activities(dev),
+                 schedule=schedule(wait=0, warmup=1, active=cfg.trace_steps, repeat=1)) as prof:
+        for _ in range(1 + cfg.trace_steps):
+            with nvtx.annotate("dataloader"):
+                x, y = trainer.next_batch()
+            trainer.step(x, y, ranges=True)
+            prof.step()
+    synchronize(dev)
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def _memory(config: RunConfig, trainer: Trainer) -> int:
+    """Bytes saved for backward by one forward pass of the trained model (then discarded)."""
+    x, y = trainer.next_batch()
+    with tuning.autocast_context(config.precision, trainer.device):
+        loss, nbytes = tuning.saved_bytes(lambda: trainer.train_model(x, y))
+    del loss
+    return nbytes
+
+
+def executed_flops(config: RunConfig) -> int:
+    """FLOPs one training step executes (FlopCounterMode), counted on an eager copy of the
+    configured model: compilation fuses kernels but keeps the arithmetic; checkpointing's
+    recomputed forward is counted."""
+    dev = resolve_device(config.device)
+    model = models.build_model(config.model, dev, seed=config.seed)
+    if config.checkpointing:
+        tuning.apply_checkpointing(model)
+    batch = models.make_batch(config.model, config.batch_size, config.seq_len, dev)
+    step = models.make_train_step(model, batch, config.lr)
+    return mfu.count_flops(step)
+
+
+@contextlib.contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_config(config: RunConfig, quick: bool = True, trace_dir: str | Path | None = None) -> dict[str, Any]:
+    """Measure ``config``; return its report row (plain data: measured numbers, then the
+    derived ones of :func:`derive`)."""
+    with _threads(config.threads):
+        return _run(config, quick, trace_dir)
+
+
+def _run(config: RunConfig, quick: bool, trace_dir: str | Path | None) -> dict[str, Any]:
+    dev = resolve_device(config.device)
+    torch.manual_seed(config.seed)
+    extra = 2 + 1 + config.trace_steps  # memory probe batch, profiler warm-up, traced steps
+    trainer = Trainer.build(config, config.loss_steps + extra)
+    first = time.perf_counter()
+    for i in range(config.warmup):
+        trainer.step(*trainer.next_batch())
+        if i == 0:
+            synchronize(dev)
+            first = time.perf_counter() - first
+    samples, data_wait, peak = _timed_windows(trainer)
+    loss = trainer.loss_after()
+    saved = _memory(config, trainer)
+    folder = Path(trace_dir) if trace_dir else Path(tempfile.mkdtemp(prefix="capstone_"))
+    folder.mkdir(parents=True, exist_ok=True)
+    trace_path = _trace(trainer, folder)
+    per_step = phases.step_phases(timeline.load_trace(trace_path))
+    trainer.batches = iter(())  # let worker processes go
+    peak_flops = peak_for(dev, config.precision, quick)
+    row = {
+        "name": config.name, "change": config.change, "device": str(dev),
+        "device_name": _device_name(dev), "precision": config.precision, "num_devices": 1,
+        "batch_size": config.batch_size, "seq_len": config.seq_len,
+        "step_time_ms": statistics.median(samples) * 1e3, "step_time_min_ms": min(samples) * 1e3,
+        "step_time_max_ms": max(samples) * 1e3, "step_time_samples_ms": [s * 1e3 for s in samples],
+        "first_step_ms": first * 1e3, "data_wait_ms": statistics.fmean(data_wait) * 1e3,
+        "peak_mem_mb": peak, "saved_mb": saved / 2**20, "loss": loss, "loss_steps": config.loss_steps,
+        "model_flops": mfu.model_flops_per_step(config.model, config.batch_size, config.seq_len),
+        "executed_flops": executed_flops(config),
+        "peak_flops": peak_flops.flops, "peak_kind": peak_flops.kind, "peak_source": peak_flops.source,
+        "phases_ms": phases.mean_phases(per_step), "phase_steps_ms": per_step,
+        "trace": str(trace_path), "config": config.settings(),
+    }
+    return derive(row)
+
+
+def derive(row: dict[str, Any], baseline: dict[str, Any] | None = None,
+           previous: dict[str, Any] | None = None, loss_tolerance: float | None = None,
+           memory_budget_mb: float | None = None) -> dict[str, Any]:
+    """Fill a row's derived numbers from its measured ones (and, given the baseline and the
+    configuration it was tried on, its deltas and the keep / revert decision)."""
+    out = dict(row)
+    tokens = out["batch_size"] * out["seq_len"]
+    seconds = out["step_time_ms"] / 1e3
+    out["samples_per_s"] = out["batch_size"] / seconds
+    out["tokens_per_s"] = tokens / seconds
+    out["memory_mb"] = rules.memory_mb(out)
+    out["mfu"], out["hfu"] = rules.mfu_hfu(out, out["peak_flops"])
+    steps = out["phase_steps_ms"]
+    out["data_ratio"], out["stalled"] = rules.data_stall(
+        [s["data"] for s in steps], [s["forward"] + s["backward"] + s["optimizer"] for s in steps])
+    out["bottleneck"] = rules.bottleneck_class(out["phases_ms"])
+    if baseline is not None:
+        tolerance = rules.LOSS_TOLERANCE * baseline["loss"] if loss_tolerance is None else loss_tolerance
+        out["loss_tolerance"] = tolerance
+        out["loss_change"] = out["loss"] - baseline["loss"]
+        out["vs_baseline"] = rules.compare(baseline, out)
+        ref = previous or baseline
+        out["vs_previous"] = rules.compare(ref, out)
+        if previous is not None:
+            out["decision"] = rules.decide(out["loss_change"], rules.memory_mb(previous), out["memory_mb"],
+                                           out["vs_previous"]["time_improved"], tolerance, memory_budget_mb)
+    return out
+
+
+class Tuner:
+    """Seed 003's loop: a fixed baseline, then one change at a time, each tried on the
+    configuration kept so far, measured the same way, and kept or reverted by
+    :func:`rules.decide`."""
+
+    def __init__(self, baseline: RunConfig, quick: bool = True, trace_dir: str | Path | None = None,
+                 runner: Callable[..., dict[str, Any]] | None = None) -> None:
+        self.baseline_config = self.current = baseline
+        self.quick = quick
+        self.trace_dir = Path(trace_dir) if trace_dir else Path(tempfile.mkdtemp(prefix="capstone_"))
+        self._run = runner or run_config
+        self.rows: list[dict[str, Any]] = []
+        self.kept_row: dict[str, Any] | None = None
+        self.changes = {c.name: c for c in tuning.tuning_steps(str(baseline.device))}
+
+    def run_baseline(self) -> dict[str, Any]:
+        row = self._run(self.baseline_config, quick=self.quick, trace_dir=self.trace_dir)
+        row = derive(row, baseline=row)
+        row["decision"] = "baseline"
+        self.rows, self.kept_row = [row], row
+        return row
+
+    def try_change(self, name: str) -> dict[str, Any]:
+        """Apply change ``name`` to the current configuration, measure, decide."""
+        if not self.rows:
+            raise RuntimeError("run the baseline first: tuner.run_baseline()")
+        if name not in self.changes:
+            raise KeyError(f"no change {name!r}; choose one of {', '.join(self.changes)}")
+        config = tuning.apply_change(self.current, self.changes[name])
+        row = self._run(config, quick=self.quick, trace_dir=self.trace_dir)
+        row = derive(row, baseline=self.rows[0], previous=self.kept_row,
+                     memory_budget_mb=self.baseline_config.memory_budget_mb)
+        row["tried_on"] = self.kept_row["name"]
+        self.rows.append(row)
+        if row["decision"] == "keep":  # a reverted change leaves the current configuration as it was
+            self.current, self.kept_row = config, row
+        return row
+
+    @property
+    def tuned(self) -> dict[str, Any]:
+        """The row of the configuration kept at the end."""
+        return self.kept_row
+

@@ -1,0 +1,416 @@
+"""Chapter 9 (capstone): corpus, tokenizer, data loading, the rules against hand calculations,
+phases from hand-made CPU and GPU traces, a real measured run on this CPU, the Tuner's keep /
+revert loop, and the report's Markdown / JSON round trip (including the shipped recordings)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+
+from helpers import mfu, models, report, timeline
+from helpers.report import document, phases, rules, runner, tuning
+
+# --------------------------------------------------------------------------- corpus and data
+
+def test_corpus_is_the_documented_public_domain_text():
+    readme = (ROOT / "src/helpers/data/capstone_corpus_README.md").read_text()
+    assert report.corpus_sha256() in readme and "public domain" in readme.lower()
+    text = report.corpus_text()
+    assert len(report.corpus_bytes()) == 383_157 and text.isascii()
+    assert "THE DEVIL'S DICTIONARY" in text[:2000] and "ZOOLOGY, n." in text
+    packed = (ROOT / "src/helpers/data/capstone_corpus.txt.gz").stat().st_size
+    assert packed < 200_000  # ships inside the package; no download at run time
+
+
+def test_byte_tokenizer_round_trips_any_text_and_rejects_bad_ids():
+    tok = report.ByteTokenizer()
+    ids = tok.encode("naïve €")
+    assert ids.dtype == torch.int64 and ids.tolist()[:2] == [110, 97] and len(ids) == 10  # UTF-8 bytes
+    assert tok.decode(ids) == "naïve €" and tok.vocab_size == 256
+    assert report.corpus_tokens().max() < 256
+    with pytest.raises(ValueError, match="0..255"):
+        tok.decode([65, 300])
+
+
+def test_token_windows_are_next_token_pairs():
+    tokens = torch.arange(20)
+    ds = report.TokenWindows(tokens, seq_len=6, stride=4)
+    assert len(ds) == 4  # starts 0, 4, 8, 12 (12 + 7 <= 20)
+    x, y = ds[3]
+    assert x.tolist() == list(range(12, 18)) and y.tolist() == list(range(13, 19))
+    with pytest.raises(IndexError):
+        ds[4]
+    with pytest.raises(ValueError, match="at least seq_len"):
+        report.TokenWindows(torch.arange(5), seq_len=6)
+
+
+def test_slow_dataset_waits_per_item():
+    waits = []
+    ds = report.SlowDataset(report.TokenWindows(torch.arange(50), 8), delay_ms=4.0, sleep=waits.append)
+    ds[0], ds[1]
+    assert waits == [0.004, 0.004] and len(ds) == len(ds.base)
+    with pytest.raises(ValueError, match="delay_ms"):
+        report.SlowDataset(ds, -1)
+    per_sample = report.make_dataset(16, delay_ms_per_sample=2.5)
+    assert isinstance(per_sample, report.SlowDataset) and per_sample.delay_ms == 2.5
+    assert isinstance(report.make_dataset(16), report.TokenWindows)
+
+
+def test_loader_order_depends_on_the_seed_not_on_workers():
+    ds = report.make_dataset(16)
+    plain = [x for x, _ in report.make_loader(ds, 4, 12, seed=3)]
+    ahead = [x for x, _ in report.batches(report.make_loader(ds, 4, 12, seed=3, workers=2))]
+    other = [x for x, _ in report.make_loader(ds, 4, 12, seed=4)]
+    assert len(plain) == 3 and all(torch.equal(a, b) for a, b in zip(plain, ahead, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(plain, other, strict=True))
+
+
+# --------------------------------------------------------------------------- the rules by hand
+
+def fake_row(name="baseline", med=10.0, lo=9.0, hi=11.0, *, loss=3.0, peak=None, saved=4.0,
+             model_flops=6e9, executed_flops=6e9, data=(1.0, 1.0), compute=((3.0, 5.0, 2.0),) * 2,
+             other=0.5, precision="fp32", tried_on=None, checkpointing=False):
+    steps = [{"step": data_ms + sum(c) + other, "data": data_ms, "forward": c[0], "backward": c[1],
+              "optimizer": c[2], "other": other} for data_ms, c in zip(data, compute, strict=True)]
+    row = {"name": name, "change": f"change {name}", "device": "cpu", "device_name": "CPU (2 threads)",
+           "precision": precision, "num_devices": 1, "batch_size": 8, "seq_len": 64,
+           "step_time_ms": med, "step_time_min_ms": lo, "step_time_max_ms": hi,
+           "step_time_samples_ms": [lo, med, hi], "first_step_ms": 3 * med, "data_wait_ms": data[0],
+           "peak_mem_mb": peak, "saved_mb": saved, "loss": loss, "loss_steps": 23,
+           "model_flops": model_flops, "executed_flops": executed_flops, "peak_flops": 1e11,
+           "peak_kind": "measured", "peak_source": "a test", "phases_ms": phases.mean_phases(steps),
+           "phase_steps_ms": steps, "trace": "", "config": tuning.baseline_config("cpu").settings()}
+    row["config"]["checkpointing"] = checkpointing
+    if tried_on:
+        row["tried_on"] = tried_on
+    return row
+
+
+def test_mfu_hfu_by_hand():
+    row = {"step_time_ms": 500.0, "num_devices": 4, "model_flops": 6e15, "executed_flops": 8e15}
+    got = report.mfu_hfu(row, 1e15)
+    assert got == pytest.approx((6e15 / (0.5 * 4 * 1e15), 8e15 / (0.5 * 4 * 1e15)))
+    assert report.mfu_hfu({k: v for k, v in row.items() if k != "num_devices"}, 1e15)[0] == pytest.approx(12)
+    with pytest.raises(ValueError):
+        report.mfu_hfu(row, 0)
+
+
+def test_compare_counts_an_improvement_only_below_the_old_fastest_window():
+    base = fake_row(med=10, lo=9, hi=12, saved=5.0)
+    inside = fake_row(med=9.5, lo=7, hi=9.8, saved=4.0)
+    beyond = fake_row(med=8.9, lo=8, hi=15, saved=6.0)  # one slow window does not veto it
+    got = report.compare(base, inside)
+    assert got == {"step_time_delta_ms": pytest.approx(0.5), "memory_delta_mb": pytest.approx(1.0),
+                   "time_improved": False, "memory_improved": True}
+    assert report.compare(base, beyond)["time_improved"] is True
+    assert report.compare(base, beyond)["memory_improved"] is False
+    cuda = report.compare(fake_row(peak=100.0, saved=1.0), fake_row(peak=60.0, saved=9.0))
+    assert cuda["memory_delta_mb"] == pytest.approx(40.0)  # the CUDA peak wins over saved bytes
+    none = report.compare(base, fake_row(saved=None))
+    assert none["memory_delta_mb"] is None and none["memory_improved"] is None
+
+
+def test_data_stall_is_a_ratio_of_totals_strictly_above_the_threshold():
+    assert report.data_stall([2, 2], [10, 10]) == (pytest.approx(0.2), False)
+    assert report.data_stall([0, 6], [20, 10]) == (pytest.approx(0.2), False)  # mean of ratios: 0.3
+    assert report.data_stall([2.4], [10])[1] is True  # against compute, not the 12.4 ms step
+    assert report.data_stall([1], [10], threshold=0.05)[1] is True
+    with pytest.raises(ValueError, match="one data time"):
+        report.data_stall([1, 2], [3])
+    with pytest.raises(ValueError, match="positive"):
+        report.data_stall([1], [0])
+
+
+@pytest.mark.parametrize("data,fwd,bwd,opt,other,threshold,label", [
+    (2.0, 3.0, 4.0, 3.0, 1.0, 0.2, "compute-bound"),  # data exactly 20% of compute 10
+    (2.5, 3.0, 4.0, 3.0, 1.0, 0.2, "data-bound"),
+    (0.5, 2.0, 3.0, 9.0, 1.0, 0.2, "optimizer-bound"),
+    (0.1, 1.0, 2.0, 0.5, 4.0, 0.2, "host-bound"),
+    (30.0, 40.0, 80.0, 20.0, 5.0, 0.2, "data-bound"),  # 21% of compute, only 17% of the step
+    (27.0, 40.0, 80.0, 20.0, 5.0, 0.2, "compute-bound"),
+    (1.0, 3.0, 4.0, 5.0, 0.5, 0.2, "compute-bound"),  # forward + backward together beat optimizer
+])
+def test_bottleneck_class(data, fwd, bwd, opt, other, threshold, label):
+    p = {"data": data, "forward": fwd, "backward": bwd, "optimizer": opt, "other": other}
+    assert report.bottleneck_class(p, threshold) == label
+    assert label in report.NEXT_ACTIONS
+
+
+def test_bottleneck_class_needs_every_phase():
+    with pytest.raises(KeyError, match="phases lack"):
+        report.bottleneck_class({"data": 1.0, "forward": 2.0})
+
+
+@pytest.mark.parametrize("args,want", [
+    ((0.0, 10.0, 10.0, True, 0.05, None), "keep"),
+    ((0.0, 10.0, 10.0, False, 0.05, None), "revert"),  # no measurable gain: keep the simpler code
+    ((0.06, 10.0, 5.0, True, 0.05, None), "revert"),  # faster, but the loss moved
+    ((-0.06, 10.0, 5.0, True, 0.05, None), "revert"),  # either direction
+    ((0.05, 10.0, 5.0, True, 0.05, None), "keep"),  # exactly at the tolerance is within it
+    ((0.01, 700.0, 900.0, True, 0.05, 800.0), "revert"),  # does not fit
+    ((0.01, 900.0, 800.0, False, 0.05, 800.0), "keep"),  # slower, but now it fits
+    ((0.01, 500.0, 400.0, False, 0.05, 800.0), "revert"),
+    ((0.01, None, None, True, 0.05, 800.0), "keep"),
+])
+def test_decide_loss_then_memory_then_speed(args, want):
+    assert report.decide(*args) == want
+
+
+# --------------------------------------------------------------------------- phases from traces
+
+def _write(tmp_path, events, name="t.json.gz"):
+    path = tmp_path / name
+    with gzip.open(path, "wt") as fh:
+        json.dump({"traceEvents": events}, fh)
+    return timeline.load_trace(path)
+
+
+def _x(name, ts, dur, cat="user_annotation", tid=1, **args):
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
+
+
+def test_step_phases_on_a_cpu_trace_are_range_lengths(tmp_path):
+    events = []
+    for i, t0 in enumerate((0, 1000)):
+        events += [_x(f"ProfilerStep#{i}", t0, 1000), _x("dataloader", t0 + 10, 200),
+                   _x("forward", t0 + 210, 250), _x("backward", t0 + 460, 400),
+                   _x("optimizer", t0 + 860, 100), _x("aten::mm", t0 + 300, 50, cat="cpu_op")]
+    got = phases.step_phases(_write(tmp_path, events))
+    assert got == [{"step": 1.0, "data": 0.2, "forward": 0.25, "backward": 0.4, "optimizer": 0.1,
+                    "other": pytest.approx(0.05)}] * 2
+    mean = report.mean_phases(got)
+    assert mean["backward"] == pytest.approx(0.4)
+
+
+def test_step_phases_on_a_gpu_trace_follow_kernels_to_their_launch(tmp_path):
+    k = dict(cat="kernel", tid=7)
+    events = [
+        _x("ProfilerStep#0", 0, 1000), _x("dataloader", 0, 300), _x("forward", 300, 100),
+        _x("backward", 400, 100), _x("optimizer", 500, 50),
+        _x("cudaLaunchKernel", 310, 5, cat="cuda_runtime", correlation=1),
+        _x("cudaLaunchKernel", 320, 5, cat="cuda_runtime", correlation=2),
+        _x("cudaLaunchKernel", 410, 5, cat="cuda_runtime", correlation=3, tid=2),  # autograd thread
+        _x("cudaLaunchKernel", 510, 5, cat="cuda_runtime", correlation=4),
+        # forward kernels 0.1 + 0.15 ms (overlapping: union 0.2), backward 0.4 ms, optimizer 0.1 ms
+        _x("ampere_gemm_fwd", 320, 100, stream=7, correlation=1, **k),
+        _x("elementwise_fwd", 370, 150, stream=7, correlation=2, **k),
+        _x("ampere_gemm_bwd", 520, 400, stream=7, correlation=3, **k),
+        _x("adam_kernel", 920, 80, stream=7, correlation=4, **k),
+    ]
+    trace = _write(tmp_path, events)
+    assert trace.is_gpu
+    got = phases.step_phases(trace)[0]
+    assert got["forward"] == pytest.approx(0.2) and got["backward"] == pytest.approx(0.4)
+    assert got["optimizer"] == pytest.approx(0.08)
+    # the GPU idles 0-320 µs while the host is in dataloader until 300: 0.3 ms of data wait
+    assert got["data"] == pytest.approx(0.3)
+    assert got["other"] == pytest.approx(1.0 - 0.3 - 0.2 - 0.4 - 0.08)
+
+
+def test_step_phases_says_what_is_missing(tmp_path):
+    with pytest.raises(ValueError, match="no ProfilerStep"):
+        phases.step_phases(_write(tmp_path, [_x("forward", 0, 10)]))
+    with pytest.raises(ValueError, match="annotate the loop"):
+        phases.step_phases(_write(tmp_path, [_x("ProfilerStep#0", 0, 10)], "b.json.gz"))
+
+
+# --------------------------------------------------------------------------- a real run on this CPU
+
+def micro(**changes) -> report.RunConfig:
+    cfg = models.GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=2, n_heads=2, name="micro")
+    base = report.RunConfig(cfg, batch_size=4, seq_len=16, warmup=1, windows=2, steps_per_window=2,
+                            trace_steps=2, data_delay_ms=0.0)
+    return replace(base, **changes)
+
+
+@pytest.fixture(scope="module")
+def micro_rows(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("micro")
+    return {name: report.run_config(micro(**changes), trace_dir=folder)
+            for name, changes in {"base": {}, "ckpt": {"checkpointing": True, "name": "ckpt"},
+                                  "workers": {"workers": 2, "name": "workers",
+                                              "sync_every_step": False}}.items()}
+
+
+def test_run_config_measures_a_complete_row(micro_rows):
+    row = micro_rows["base"]
+    cfg = micro()
+    assert row["peak_mem_mb"] is None and row["saved_mb"] > 0  # CPU: no peak, saved bytes instead
+    assert row["memory_mb"] == row["saved_mb"] and row["loss_steps"] == cfg.warmup + 4
+    assert len(row["step_time_samples_ms"]) == 2
+    assert row["step_time_min_ms"] <= row["step_time_ms"] <= row["step_time_max_ms"]
+    assert row["model_flops"] == mfu.model_flops_per_step(cfg.model, 4, 16)
+    assert row["executed_flops"] == mfu.counted_flops_formula(cfg.model, 4, 16)
+    assert row["peak_kind"] == "measured" and row["peak_flops"] > 0
+    assert row["mfu"] == pytest.approx(row["model_flops"] / (row["step_time_ms"] / 1e3 * row["peak_flops"]))
+    assert len(row["phase_steps_ms"]) == 2 and set(row["phases_ms"]) == {"step", *rules.PHASES}
+    assert row["bottleneck"] in report.NEXT_ACTIONS and Path(row["trace"]).is_file()
+    assert 0 < row["loss"] < math.log(256) + 0.5
+    json.dumps(row)  # plain data
+
+
+def test_checkpointing_saves_less_and_executes_more(micro_rows):
+    base, ckpt = micro_rows["base"], micro_rows["ckpt"]
+    assert ckpt["saved_mb"] < 0.6 * base["saved_mb"]
+    assert ckpt["executed_flops"] > base["executed_flops"] and ckpt["model_flops"] == base["model_flops"]
+    assert ckpt["hfu"] > ckpt["mfu"]
+    assert ckpt["loss"] == pytest.approx(base["loss"], rel=1e-5)  # same math, recomputed
+
+
+def test_workers_and_no_sync_train_on_the_same_batches(micro_rows):
+    assert micro_rows["workers"]["loss"] == pytest.approx(micro_rows["base"]["loss"], rel=1e-6)
+
+
+def test_saved_bytes_counts_each_storage_once():
+    w = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(8, 64)
+    _, nbytes = report.saved_bytes(lambda: (x @ w).sum())
+    assert nbytes == 8 * 64 * 4  # the gradient of w needs x; w itself is not needed
+    x.requires_grad_(True)
+    _, both = report.saved_bytes(lambda: (x @ w).sum())
+    assert both == (64 * 64 + 8 * 64) * 4
+    _, views = report.saved_bytes(lambda: (x[:4] @ w + x[4:] @ w).sum())  # two views of x
+    assert views == both
+
+
+def test_run_config_rejects_bad_settings():
+    with pytest.raises(ValueError, match="precision"):
+        micro(precision="fp8")
+    with pytest.raises(ValueError, match="exceeds the model's context"):
+        micro(seq_len=32)
+    with pytest.raises(ValueError, match="workers"):
+        micro(workers=-1)
+
+
+# --------------------------------------------------------------------------- the tuner
+
+def test_tuner_keeps_and_reverts_and_builds_on_what_was_kept():
+    timings = {"baseline": (10, 9.5, 11), "no_sync": (9.8, 9.0, 10.5), "workers": (6, 5.5, 7),
+               "bf16": (5, 4.8, 5.2), "fused": (6.5, 6, 7), "checkpoint": (7, 6.8, 7.5),
+               "compile": (4, 3.5, 9)}
+    seen = []
+
+    def fake_run(config, quick, trace_dir):
+        seen.append(config)
+        med, lo, hi = timings[config.name]
+        loss = 3.0 + (0.2 if config.name == "bf16" else 0.0)  # bf16 moves the loss too much
+        return runner.derive(fake_row(config.name, med, lo, hi, loss=loss,
+                                      saved=1.0 if config.checkpointing else 4.0))
+
+    tuner = report.Tuner(report.baseline_config("cpu"), runner=fake_run)
+    with pytest.raises(RuntimeError, match="baseline first"):
+        tuner.try_change("workers")
+    tuner.run_baseline()
+    decisions = {c.name: tuner.try_change(c.name)["decision"] for c in report.tuning_steps("cpu")}
+    assert decisions == {"no_sync": "revert", "workers": "keep", "bf16": "revert", "fused": "revert",
+                         "checkpoint": "revert", "compile": "keep"}
+    assert seen[-1].workers == 4 and seen[-1].compile and not seen[-1].checkpointing
+    assert seen[-1].precision == "fp32" and seen[-1].sync_every_step  # reverted changes stay out
+    assert tuner.tuned["name"] == "compile" and tuner.rows[-1]["tried_on"] == "workers"
+    with pytest.raises(KeyError, match="no change"):
+        tuner.try_change("magic")
+    rep = report.build_report(tuner.rows)
+    assert any("reverted bf16: loss moved beyond tolerance" in f for f in rep.trace_findings)
+    assert rep.tuned["name"] == "compile" and "activation_checkpoint=off" in rep.parallel
+
+
+def test_a_memory_budget_keeps_checkpointing_even_when_slower():
+    def fake_run(config, quick, trace_dir):
+        saved = 1.0 if config.checkpointing else 4.0
+        med = 12.0 if config.checkpointing else 10.0
+        return runner.derive(fake_row(config.name, med, med - 0.5, med + 0.5, saved=saved))
+
+    tuner = report.Tuner(replace(report.baseline_config("cpu"), memory_budget_mb=2.0), runner=fake_run)
+    tuner.run_baseline()
+    assert tuner.try_change("checkpoint")["decision"] == "keep"
+    assert tuner.current.checkpointing
+
+
+def test_tuning_steps_and_baselines():
+    cpu = report.tuning_steps("cpu")
+    assert [c.name for c in cpu] == ["no_sync", "workers", "bf16", "fused", "checkpoint", "compile"]
+    assert cpu[1].fields == {"workers": 4, "pin_memory": False}
+    quick, full = report.baseline_config("cpu", True), report.baseline_config("cpu", False)
+    assert quick.model.num_params() < full.model.num_params() and quick.data_delay_ms > 0
+    assert quick.sync_every_step and quick.precision == "fp32" and not quick.compile
+
+
+# --------------------------------------------------------------------------- the report document
+
+def _report(tmp_path=None):
+    rows = [runner.derive(fake_row("baseline", 10, 9, 11, data=(5.0, 5.0)))]
+    rows[0]["decision"] = "baseline"
+    rows.append(runner.derive(fake_row("workers", 6, 5.5, 7, tried_on="baseline"), baseline=rows[0],
+                              previous=rows[0]))
+    return report.build_report(rows, recorded={"date": "2026-01-01", "where": "a test"})
+
+
+def test_report_has_the_template_sections_and_reads_back(tmp_path):
+    rep = _report()
+    md = rep.to_markdown()
+    for part in ("experiment:", "hardware:", "config:", "parallel:", "## Throughput",
+                 "## Trace findings", "## Next action"):
+        assert part in md
+    assert "data-bound" in md and "data stall: data 50% of compute" in md
+    paths = rep.write(tmp_path)
+    assert set(paths) == {"markdown", "json", "plot"} and paths["plot"].stat().st_size > 10_000
+    back = report.read_report(tmp_path)
+    assert back.table() == rep.table() == report.parse_markdown_table(paths["markdown"].read_text())
+    assert back.rows[1]["decision"] == "keep" and back.tuned["name"] == "workers"
+    assert back.to_markdown() == md
+
+
+def test_reading_back_recomputes_derived_numbers(tmp_path):
+    rep = _report()
+    data = json.loads(rep.to_json())
+    data["rows"][1]["mfu"] = 0.99  # a stale or edited derived number
+    data["rows"][1]["step_time_ms"] = 20.0  # a measured number changed: the decision follows
+    (tmp_path / "report.json").write_text(json.dumps(data))
+    back = report.read_report(tmp_path / "report.json")
+    assert back.rows[1]["mfu"] == pytest.approx(report.mfu_hfu(back.rows[1], 1e11)[0])
+    assert back.rows[1]["decision"] == "revert"
+
+
+def test_read_report_errors_are_one_line(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no report at"):
+        report.read_report(tmp_path / "missing.json")
+    (tmp_path / "report.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not a report written by helpers.report"):
+        report.read_report(tmp_path)
+    with pytest.raises(ValueError, match="no table"):
+        report.parse_markdown_table("# nothing here")
+    with pytest.raises(KeyError, match="no recorded report"):
+        report.recorded_report("tpu")
+
+
+@pytest.mark.parametrize("name", sorted(document.RECORDED))
+def test_shipped_recordings_are_labelled_and_consistent(name):
+    path = ROOT / "src/helpers/data" / document.RECORDED[name]
+    stored = json.loads(path.read_text())
+    rep = report.recorded_report(name)
+    assert rep.recorded["date"] and "CPU" in rep.recorded["where"] and rep.hardware["device"] == "cpu"
+    assert [r["name"] for r in rep.rows][:2] == ["baseline", "no_sync"] and len(rep.rows) == 7
+    for old, new in zip(stored["rows"], rep.rows, strict=True):  # derived numbers recompute the same
+        for key in ("mfu", "hfu", "bottleneck", "stalled", "data_ratio", "decision", "vs_baseline"):
+            assert old[key] == new[key] or old[key] == pytest.approx(new[key]), (name, old["name"], key)
+    readme = (ROOT / "src/helpers/data/capstone_recorded_README.md").read_text()
+    assert document.RECORDED[name] in readme and rep.recorded["date"] in readme
+
+
+def test_cli_show_and_bad_input(tmp_path):
+    _report().write(tmp_path, plot=False)
+    ok = subprocess.run([sys.executable, "-m", "helpers.report", "show", str(tmp_path)],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0 and "| workers |" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "helpers.report", "show", str(tmp_path / "nope")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no report at" in bad.stderr
