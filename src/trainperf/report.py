@@ -146,7 +146,8 @@ def cell_stats(part: Part) -> list[CellStats]:
                     cell.passed += 1
                 else:
                     cell.kinds[kind] += 1
-                    cell.messages[failure_message(verdict)] += 1
+                    if kind != NOT_ATTEMPTED:  # counted in its own column; the message says nothing
+                        cell.messages[failure_message(verdict)] += 1
     order = {ch: i for i, ch in enumerate(part.chapters)}
     return sorted(stats.values(), key=lambda c: order.get(c.chapter, len(order)))
 
@@ -166,6 +167,7 @@ def _plot(part: Part, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.ticker import MaxNLocator
 
     count = max(1, len(part.chapters))
     cols = min(3, count)
@@ -184,6 +186,7 @@ def _plot(part: Part, path: Path) -> None:
         ax.set_xlabel(f"score (of {top:g})", fontsize=8)
         ax.set_ylabel("submissions", fontsize=8)
         ax.tick_params(labelsize=7)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -238,7 +241,9 @@ def report(grades: Path, out: Path) -> Path:
                      key=lambda o: -o.seconds)[:SLOWEST]
     _plot(part, out / "scores.png")
 
-    styled = [[*r[:-1], f"<b>{html.escape(r[-1])}</b>" if r[-1] else ""] for r in cell_rows]
+    messages = len(cell_header) - 2
+    styled = [[*r[:messages], "<br>".join(html.escape(m) for m in r[messages].split(" | ") if m),
+               f"<b>{html.escape(r[-1])}</b>" if r[-1] else ""] for r in cell_rows]
     page = out / "index.html"
     page.write_text("\n".join([
         "<!doctype html><meta charset='utf-8'><title>Class report</title><style>"
@@ -257,7 +262,7 @@ def report(grades: Path, out: Path) -> Path:
         "passed, the mean points, how the failures failed and the most common messages of the "
         "visible checks (the learner's own value cut off). <b>Look at</b> names cells that may be "
         "too hard or broken — rules of thumb, not verdicts.</p>",
-        _table(cell_header, styled, raw=frozenset({len(cell_header) - 1})),
+        _table(cell_header, styled, raw=frozenset({messages, messages + 1})),
         "<h2>Score distribution</h2><img src='scores.png' alt='score distribution per chapter'>",
         f"<h2>Flagged for review ({len(flagged)})</h2><p>Copied reference code, isolation events, "
         "limits hit, edited test cells, unusual files: read the submission before trusting its "
