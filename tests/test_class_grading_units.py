@@ -5,6 +5,7 @@ commands each recipe runs, driven with stand-ins for sbatch and trainperf)."""
 
 from __future__ import annotations
 
+import csv
 import os
 import random
 import shutil
@@ -290,3 +291,69 @@ def test_slurm_script_refuses_bad_arguments(tmp_path):
     for args in ([], [str(tmp_path / "nope"), str(tmp_path / "out")], [str(tmp_path), str(tmp_path), "x"]):
         result = subprocess.run(["bash", script, *args], capture_output=True, text=True)
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def _synthetic_class(folder: Path) -> Path:
+    """A graded class written the way `trainperf grade` writes one (no notebook executed)."""
+    from trainperf.parts import course_version, write_details
+    from trainperf.results import write_csv
+    from trainperf.shards import ClassSummary
+
+    def outcome(student, verdicts, reason="", seconds=1.0, flags=()):
+        points = sum(v["points"] for v in verdicts)
+        return Outcome(student, "01_x", points, 4.0, reason, seconds,
+                       {v["grade_id"]: (v["points"], v["max_points"]) for v in verdicts}, {}, verdicts,
+                       "k", list(flags))
+
+    def verdict(cell, ok, **kw):
+        return {**_verdict(status="ok" if ok else "failed", **kw), "grade_id": cell,
+                "points": 2.0 if ok else 0.0}
+
+    wrong = {"ename": "CheckFailed", "visible": "CheckFailed: ✗ FLOPs: expected 8, got 5."}
+    rows = [
+        StudentRow("ada", {"01_x": outcome("ada", [verdict("ex1", True), verdict("ex2", True)], seconds=9)}),
+        StudentRow("bob", {"01_x": outcome("bob", [verdict("ex1", False, **wrong), verdict("ex2", True)],
+                                           "answer ex2 ran out of memory (limit 6144 MiB)")}),
+        StudentRow("cy", {"01_x": outcome("cy", [verdict("ex1", False, **wrong), verdict("ex2", True)],
+                                          "answer ex2 copies helpers.x.f — review",
+                                          flags=["answer ex2 copies helpers.x.f — review"])}),
+        StudentRow("dan", {"01_x": Outcome("dan", "01_x", 0.0, 4.0, "missing 01_x.ipynb")}),
+    ]
+    grades = folder / "grades.csv"
+    write_csv(rows, ["01_x"], grades)
+    write_details(grades, rows, ["01_x"], course_version({"01_x": "h"}, "60"), Shard(1, 1),
+                  ClassSummary(4, 3, "d"))
+    return grades
+
+
+def test_report_of_a_synthetic_class(tmp_path):
+    from trainperf.report import report
+
+    page = report(_synthetic_class(tmp_path), tmp_path / "report").read_text()
+    with open(tmp_path / "report" / "cells.csv", encoding="utf-8") as fh:
+        cells = {r["cell"]: r for r in csv.DictReader(fh)}
+    assert cells["ex1"]["pass rate"] == "33%" and cells["ex1"]["mean points"] == "0.67"
+    assert cells["ex1"]["most common failure messages"] == "2× ✗ FLOPs: expected 8"
+    assert cells["ex2"]["pass rate"] == "100%" and cells["ex2"]["look at"] == ""
+    with open(tmp_path / "report" / "review.csv", encoding="utf-8") as fh:
+        review = {r["student_id"]: r["flagged for"] for r in csv.DictReader(fh)}
+    assert review == {"bob": "limit hit", "cy": "copied reference code"}
+    slowest = page[page.index("Slowest notebooks (3)"):]
+    assert slowest.index(">ada<") < slowest.index(">bob<")  # 9 s first; dan was not graded
+    assert (tmp_path / "report" / "scores.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_refuses_a_file_as_its_folder(tmp_path, capsys):
+    grades = _synthetic_class(tmp_path)
+    (tmp_path / "taken").write_text("x")
+    assert main(["report", str(grades), "--out", str(tmp_path / "taken")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a file" in err[0] and (tmp_path / "taken").read_text() == "x"
+
+
+def test_report_refuses_a_csv_edited_after_grading(tmp_path, capsys):
+    grades = _synthetic_class(tmp_path)
+    grades.write_text(grades.read_text().replace("ada,4,", "ada,3,"))
+    assert main(["report", str(grades), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not the CSV its details file describes" in err[0]

@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .course import CourseError
 from .parts import Part, read_part
 from .results import Outcome, StudentRow, shown_ids
 from .submissions import spreadsheet_safe
@@ -210,6 +211,8 @@ def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
 def report(grades: Path, out: Path) -> Path:
     """Write the class report for ``grades`` (a CSV with its details file) into ``out``."""
     part = read_part(grades)
+    if out.exists() and not out.is_dir():
+        raise CourseError(f"--out {out} is a file; the report needs a folder.")
     out.mkdir(parents=True, exist_ok=True)
     names = shown_ids(part.rows)
     cells = cell_stats(part)
