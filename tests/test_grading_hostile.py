@@ -264,6 +264,25 @@ def test_feedback_shows_visible_messages_but_not_hidden_tests(batch):
     assert "BEGIN HIDDEN" not in page and "blocked(" not in page and "(4096, 4096, 4096, 2)" not in page
 
 
+def test_class_report_flags_what_needs_a_person(batch, tmp_path):
+    from trainperf.report import report
+
+    page = report(batch["out"], tmp_path / "report").read_text()
+    with open(tmp_path / "report" / "review.csv", encoding="utf-8") as fh:
+        flagged = {r["student_id"]: r["flagged for"] for r in csv.DictReader(fh)}
+    for student, category in {"oom": "limit hit", "loop": "limit hit", "segfault": "limit hit",
+                              "big_output": "limit hit", "tamper": "test cells edited",
+                              "'" + FORMULA: "test cells edited", "blocked_bypass": "copied reference code",
+                              "helper_by_name": "copied reference code", "sym_student": "unusual files",
+                              "bad_json": "unusual files"}.items():
+        assert category in flagged.get(student, ""), (student, flagged.get(student))
+    assert "victim" not in flagged and "missing" not in flagged
+    with open(tmp_path / "report" / "cells.csv", encoding="utf-8") as fh:
+        cells = {r["cell"]: r for r in csv.DictReader(fh)}
+    assert int(cells["ex1_intensity_test"]["not attempted"]) >= 1  # the untouched release
+    assert "BEGIN HIDDEN" not in page and "(4096, 4096, 4096, 2)" not in page
+
+
 def test_rerun_gives_the_same_csv_and_resumes(batch, capsys):
     before = batch["out"].read_text()
     grade(ROOT, batch["subs"], batch["out"], [CHAPTER], jobs=2, limits=batch["limits"],

@@ -55,6 +55,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh", action="store_true",
                    help="ignore the progress file of an earlier run and grade everything again")
     p.add_argument("--workdir", type=Path, help="keep the scratch course here (debugging)")
+    p.add_argument("--shard", metavar="I/N",
+                   help="grade only shard I of N (by student, balanced by notebook count); "
+                        "combine the parts with `trainperf merge`")
+
+    p = sub.add_parser("merge", help="combine the parts of a sharded grading run into one CSV")
+    p.add_argument("parts", type=Path, nargs="+", help="the part CSVs (each with its .details.jsonl)")
+    p.add_argument("--out", type=Path, required=True, help="merged CSV to write")
+    p.add_argument("--feedback", type=Path, help="write every student's feedback page here")
+
+    p = sub.add_parser("report", help="class report: per-cell pass rates, score plots, flagged work")
+    p.add_argument("grades", type=Path, help="a grades CSV (with its .details.jsonl) from grade or merge")
+    p.add_argument("--out", type=Path, default=Path("report"), help="folder to write (default: report)")
 
     p = sub.add_parser("discriminate",
                        help="prove graded cells discriminate: stub 0, solution full, mistakes 0")
@@ -67,6 +79,18 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "merge":  # needs no checkout: a merge machine may hold only the parts
+            from .parts import merge
+
+            rows = merge(args.parts, args.out, args.feedback)
+            print(f"wrote {args.out} ({len(rows)} students from {len(args.parts)} part(s))")
+            return 0
+        if args.command == "report":
+            from .report import report
+
+            page = report(args.grades, args.out)
+            print(f"wrote {page}")
+            return 0
         root = args.root.resolve() if args.root else find_root()
         if args.command == "build":
             from .build import build
@@ -95,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if all(r.status == "ok" for r in results) else 1
         if args.command == "grade":
             from .grade import Limits, grade
+            from .shards import Shard
 
+            shard = Shard.parse(args.shard) if args.shard is not None else None
             os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
             for name in ("timeout", "cell_timeout", "file_mb", "disk_mb", "processes"):
                 if getattr(args, name) <= 0:
@@ -110,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                   jobs=args.jobs, limits=limits,
                   workdir=args.workdir.resolve() if args.workdir else None,
                   feedback=args.feedback.resolve() if args.feedback else None, fresh=args.fresh,
-                  require_isolation=args.require_isolation)
+                  require_isolation=args.require_isolation, shard=shard)
             return 0
         if args.command == "discriminate":
             from .discriminate import discriminate

@@ -23,8 +23,10 @@ from .copies import flags as copy_flags
 from .course import CourseError, chapter_notebook, chapters
 from .exam import CellVerdict, build_exam, events, score, solution_answers
 from .isolate import Isolation, KernelLimits, detect, execute, install_helpers_copy, pick_uids
+from .parts import course_version, student_order, write_details
 from .reference import ChapterTemplate, make_templates, reference_records, tree_hash
 from .results import Outcome, StudentRow, load_progress, progress_line, write_csv, write_feedback
+from .shards import Shard, select, summarize
 from .submissions import discover, read_submission
 
 
@@ -175,8 +177,9 @@ def prepare(root: Path, chapter_ids: list[str], limits: Limits, scratch: Path,
 def grade(root: Path, submissions: Path, out: Path, wanted: list[str] | None = None,
           jobs: int = 1, limits: Limits | None = None, workdir: Path | None = None,
           feedback: Path | None = None, fresh: bool = False,
-          require_isolation: bool = False) -> list[StudentRow]:
-    """Grade every student in ``submissions`` and write ``out`` (CSV). Returns the rows."""
+          require_isolation: bool = False, shard: Shard | None = None) -> list[StudentRow]:
+    """Grade every student in ``submissions`` (or one ``shard`` of them) and write ``out`` (CSV)
+    and its details file (:mod:`trainperf.parts`). Returns the rows."""
     limits = limits or Limits()
     chapter_ids = chapters(root, wanted)
     if not submissions.is_dir():
@@ -186,6 +189,13 @@ def grade(root: Path, submissions: Path, out: Path, wanted: list[str] | None = N
     if not found.notebooks:
         raise CourseError(f"No student folders in {submissions}: expected "
                           "SUBMISSIONS/<student>/<chapter>/<notebook>.ipynb.")
+    summary = summarize(found)  # the whole class: every shard records it
+    shard = shard or Shard(1, 1)
+    if shard.count > 1:
+        found = select(found, shard)
+        print(f"shard {shard}: {len(found.notebooks)} of {summary.students} students, "
+              f"{sum(len(v) for v in found.notebooks.values())} of {summary.notebooks} notebooks",
+              flush=True)
     progress_path = out.with_name(out.name + ".progress.jsonl")
     if fresh and progress_path.exists():
         progress_path.unlink()
@@ -242,12 +252,14 @@ def grade(root: Path, submissions: Path, out: Path, wanted: list[str] | None = N
                 print(f"  [{done}/{len(todo)}] {_shown(outcome.student)} {outcome.chapter}: "
                       f"{outcome.score:g}/{outcome.max_score:g} in {outcome.seconds:.1f} s"
                       + (f" — {outcome.reason}" if outcome.reason else ""), flush=True)
-    ordered = [rows[s] for s in sorted(rows, key=lambda s: s.encode("utf-8", "surrogateescape"))]
+    ordered = [rows[s] for s in sorted(rows, key=student_order)]
     for row in ordered:
         row.outcomes = {ch: row.outcomes[ch] for ch in chapter_ids}
         if feedback is not None:
             write_feedback(row, feedback)
     write_csv(ordered, chapter_ids, out)
+    version = course_version({ch: t.source_hash for ch, t in course.templates.items()}, limits.key())
+    write_details(out, ordered, chapter_ids, version, shard, summary)
     print(f"wrote {out} ({len(ordered)} students)", flush=True)
     return ordered
 

@@ -1,0 +1,279 @@
+"""``trainperf report GRADES.csv --out report/``: the class at a glance, for the instructor.
+
+It reads a grades CSV and the details file beside it (``GRADES.csv.details.jsonl``, written by
+``trainperf grade`` and ``trainperf merge``; see :mod:`trainperf.parts`), checked whole and
+unchanged, and writes into ``--out``:
+
+- ``index.html`` — per chapter: submitted, missing and unreadable notebooks and the scores; per
+  graded cell: pass rate, mean points, how the failures failed (not attempted, wrong value caught
+  by a visible check, wrong value only the hidden tests caught, an error, a limit) and the most
+  common messages of the visible checks, with a hint where a cell looks too hard or broken; the
+  score distribution per chapter (``scores.png``); the submissions flagged for review with their
+  reasons; the slowest notebooks.
+- ``cells.csv`` — the per-cell table; ``review.csv`` — the flagged submissions.
+
+The hints are rules of thumb for where to look, not verdicts on an exercise.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .course import CourseError
+from .parts import Part, read_part
+from .results import Outcome, StudentRow, shown_ids
+from .submissions import spreadsheet_safe
+
+TOP_MESSAGES = 3
+SLOWEST = 10
+
+NOT_ATTEMPTED = "not attempted"
+WRONG_VISIBLE = "wrong (a visible check)"
+WRONG_HIDDEN = "wrong (hidden tests only)"
+ERROR = "error"
+KINDS = [NOT_ATTEMPTED, WRONG_VISIBLE, WRONG_HIDDEN, ERROR, "timeout", "kernel died", "not run", "other"]
+
+# Why a submission needs a person's eyes, matched against the reasons `trainperf grade` writes
+# (tests/test_class_grading.py pins these patterns to the grader's own wording).
+REVIEW = {
+    "copied reference code": re.compile(r"— review"),
+    "isolation event": re.compile(r"outlived the sandbox|could not be started|"
+                                  r"notebook client ended unexpectedly"),
+    "limit hit": re.compile(r"cell limit|notebook limit|ran out of memory|MiB limit|scratch disk|"
+                            r"limit of \d+ processes|kernel died|output was truncated|records over the cap"),
+    "test cells edited": re.compile(r"test cell \S+ was (edited|deleted|turned into)|"
+                                    r"carries the hidden tests|answer cell \S+ is missing"),
+    "unusual files": re.compile(r"symbolic link|not valid JSON|empty file|could not be read|"
+                                r"not a Jupyter notebook|no list of cells"),
+    "grading error": re.compile(r"grading failed \("),
+}
+
+
+def failure_kind(verdict: dict) -> str | None:
+    """How a graded cell failed (None: it passed)."""
+    status, ename = verdict.get("status"), verdict.get("ename", "")
+    if status == "ok":
+        return None
+    if status in ("timeout", "not-run"):
+        return status.replace("-", " ")
+    if status == "died":
+        return "kernel died"
+    if ename == "NotImplementedError":
+        return NOT_ATTEMPTED
+    if ename in ("CheckFailed", "AssertionError"):
+        return WRONG_VISIBLE
+    if ename:
+        return ERROR
+    return WRONG_HIDDEN if verdict.get("hidden_failed") else "other"
+
+
+def failure_message(verdict: dict) -> str:
+    """The visible message of a failure, with the learner's own value cut off so equal mistakes
+    group together (``✗ FLOPs of the GEMM: expected 1.3744e+11``)."""
+    kind = failure_kind(verdict)
+    ename = verdict.get("ename", "")
+    if kind == WRONG_HIDDEN:
+        return "the visible checks passed; the hidden tests failed"
+    if kind in (WRONG_VISIBLE, ERROR, NOT_ATTEMPTED):
+        lines = [line for line in verdict.get("visible", "").splitlines() if line.startswith(f"{ename}:")]
+        text = lines[-1][len(ename) + 1:].strip() if lines else ""
+        if kind == WRONG_VISIBLE:
+            return re.sub(r",? got .*$", "", text)[:160] or ename
+        return f"{ename}: {text}"[:160].rstrip(": ")
+    return verdict.get("visible", "").splitlines()[-1][:160] if verdict.get("visible") else kind or ""
+
+
+@dataclass
+class CellStats:
+    chapter: str
+    cell: str
+    max_points: float
+    graded: int = 0
+    passed: int = 0
+    points: float = 0.0
+    kinds: Counter = field(default_factory=Counter)
+    messages: Counter = field(default_factory=Counter)
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.graded if self.graded else 0.0
+
+    @property
+    def mean_points(self) -> float:
+        return self.points / self.graded if self.graded else 0.0
+
+    def hints(self) -> list[str]:
+        """Where an instructor may want to look (rules of thumb)."""
+        if not self.graded:
+            return []
+        failed = self.graded - self.passed
+        tried = failed - self.kinds[NOT_ATTEMPTED]
+        hints = []
+        if self.passed == 0:
+            hints.append("nobody passed: broken, or too hard?")
+        elif self.pass_rate < 0.3:
+            hints.append(f"hard: {self.pass_rate:.0%} pass")
+        if tried >= 2 and self.kinds[ERROR] > tried / 2:
+            hints.append("most failures are errors, not wrong values: are the instructions clear?")
+        if tried >= 2 and self.kinds[WRONG_HIDDEN] > tried / 2:
+            hints.append("most failures pass the visible checks: add a visible check for the "
+                         "common mistake?")
+        if self.kinds[NOT_ATTEMPTED] > self.graded / 2:
+            hints.append("most left it unanswered")
+        return hints
+
+
+def graded(outcome: Outcome) -> bool:
+    """The notebook was executed and scored (not missing, not unreadable)."""
+    return bool(outcome.feedback)
+
+
+def cell_stats(part: Part) -> list[CellStats]:
+    stats: dict[tuple[str, str], CellStats] = {}
+    for row in part.rows:
+        for outcome in row.outcomes.values():
+            for verdict in outcome.feedback:
+                key = (outcome.chapter, verdict["grade_id"])
+                cell = stats.setdefault(key, CellStats(*key, float(verdict["max_points"])))
+                cell.graded += 1
+                cell.points += float(verdict["points"])
+                kind = failure_kind(verdict)
+                if kind is None:
+                    cell.passed += 1
+                else:
+                    cell.kinds[kind] += 1
+                    if kind != NOT_ATTEMPTED:  # counted in its own column; the message says nothing
+                        cell.messages[failure_message(verdict)] += 1
+    order = {ch: i for i, ch in enumerate(part.chapters)}
+    return sorted(stats.values(), key=lambda c: order.get(c.chapter, len(order)))
+
+
+def review_reasons(row: StudentRow) -> list[str]:
+    """The review categories a student's row falls in."""
+    texts = list(row.notes) + [o.reason for o in row.outcomes.values()]
+    found = [name for name, pattern in REVIEW.items() if any(pattern.search(t) for t in texts)]
+    if any(o.flags for o in row.outcomes.values()) and "copied reference code" not in found:
+        found.insert(0, "copied reference code")
+    return found
+
+
+def _plot(part: Part, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
+
+    count = max(1, len(part.chapters))
+    cols = min(3, count)
+    rows = (count + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    for ax in axes.flat[count:]:
+        ax.axis("off")
+    for ax, chapter in zip(axes.flat, part.chapters, strict=False):
+        outcomes = [r.outcomes[chapter] for r in part.rows]
+        scores = [o.score for o in outcomes if graded(o)]
+        top = max([o.max_score for o in outcomes] or [1.0]) or 1.0
+        bins = np.arange(-0.5, top + 1.5, 1.0) if top <= 40 else np.linspace(0, top, 21)
+        ax.hist(scores, bins=bins, color="#4878a8", edgecolor="white")
+        missing = sum(1 for o in outcomes if o.reason.startswith("missing "))
+        ax.set_title(f"{chapter}\n{len(scores)} graded, {missing} missing", fontsize=9)
+        ax.set_xlabel(f"score (of {top:g})", fontsize=8)
+        ax.set_ylabel("submissions", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _table(header: list[str], rows: list[list[str]], raw: frozenset[int] = frozenset()) -> str:
+    """An HTML table; cells are escaped except the columns in ``raw`` (already HTML)."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c if i in raw else html.escape(c)}</td>" for i, c in enumerate(r))
+                   + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    with path.open("w", newline="", encoding="utf-8", errors="replace") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows([[spreadsheet_safe(c) for c in row] for row in rows])
+
+
+def report(grades: Path, out: Path) -> Path:
+    """Write the class report for ``grades`` (a CSV with its details file) into ``out``."""
+    part = read_part(grades)
+    if out.exists() and not out.is_dir():
+        raise CourseError(f"--out {out} is a file; the report needs a folder.")
+    out.mkdir(parents=True, exist_ok=True)
+    names = shown_ids(part.rows)
+    cells = cell_stats(part)
+    cell_header = ["chapter", "cell", "max points", "graded", "pass rate", "mean points", *KINDS,
+                   "most common failure messages", "look at"]
+    cell_rows = [[c.chapter, c.cell, f"{c.max_points:g}", str(c.graded), f"{c.pass_rate:.0%}",
+                  f"{c.mean_points:.2f}", *[str(c.kinds[k]) for k in KINDS],
+                  " | ".join(f"{n}× {m}" for m, n in c.messages.most_common(TOP_MESSAGES)),
+                  "; ".join(c.hints())] for c in cells]
+    _write_csv(out / "cells.csv", cell_header, cell_rows)
+
+    flagged = [(row, review_reasons(row)) for row in part.rows]
+    flagged = [(row, why) for row, why in flagged if why]
+    review_rows = [[names[row.student], ", ".join(why), row.reason] for row, why in flagged]
+    _write_csv(out / "review.csv", ["student_id", "flagged for", "reason"], review_rows)
+
+    chapter_rows = []
+    for chapter in part.chapters:
+        outcomes = [r.outcomes[chapter] for r in part.rows]
+        scored = sorted(o.score for o in outcomes if graded(o))
+        missing = sum(1 for o in outcomes if o.reason.startswith("missing "))
+        top = max([o.max_score for o in outcomes] or [0.0])
+        unreadable = len(outcomes) - len(scored) - missing
+        chapter_rows.append([chapter, str(len(scored)), str(missing), str(unreadable),
+                             f"{sum(scored) / len(scored):.2f}" if scored else "–",
+                             f"{scored[len(scored) // 2]:g}" if scored else "–", f"{top:g}",
+                             f"{sum(1 for s in scored if s == top) / len(scored):.0%}" if scored else "–"])
+    slowest = sorted((o for r in part.rows for o in r.outcomes.values() if graded(o)),
+                     key=lambda o: -o.seconds)[:SLOWEST]
+    _plot(part, out / "scores.png")
+
+    messages = len(cell_header) - 2
+    styled = [[*r[:messages], "<br>".join(html.escape(m) for m in r[messages].split(" | ") if m),
+               f"<b>{html.escape(r[-1])}</b>" if r[-1] else ""] for r in cell_rows]
+    page = out / "index.html"
+    page.write_text("\n".join([
+        "<!doctype html><meta charset='utf-8'><title>Class report</title><style>"
+        "body{font-family:sans-serif;margin:1em 2em}td,th{border:1px solid #ccc;padding:3px 6px;"
+        "vertical-align:top;font-size:90%}table{border-collapse:collapse;margin-bottom:1.5em}"
+        "b{color:#a33}</style>",
+        f"<h1>Class report: {html.escape(grades.name)}</h1>",
+        f"<p>{len(part.rows)} students, {len(part.chapters)} chapter(s); graded as shard "
+        f"{part.shard} (class of {part.summary.students} students, {part.summary.notebooks} notebooks); "
+        f"trainperf {html.escape(str(part.course.get('trainperf')))}, limits "
+        f"{html.escape(str(part.course.get('limits')))}.</p>",
+        "<h2>Chapters</h2>",
+        _table(["chapter", "graded", "missing", "unreadable", "mean score", "median", "max", "full marks"],
+               chapter_rows),
+        "<h2>Graded cells</h2><p>Per graded cell over the notebooks that were graded: how often it "
+        "passed, the mean points, how the failures failed and the most common messages of the "
+        "visible checks (the learner's own value cut off). <b>Look at</b> names cells that may be "
+        "too hard or broken — rules of thumb, not verdicts.</p>",
+        _table(cell_header, styled, raw=frozenset({messages, messages + 1})),
+        "<h2>Score distribution</h2><img src='scores.png' alt='score distribution per chapter'>",
+        f"<h2>Flagged for review ({len(flagged)})</h2><p>Copied reference code, isolation events, "
+        "limits hit, edited test cells, unusual files: read the submission before trusting its "
+        "grade.</p>",
+        _table(["student", "flagged for", "reason"], review_rows) if review_rows else "<p>None.</p>",
+        f"<h2>Slowest notebooks ({len(slowest)})</h2>",
+        _table(["student", "chapter", "seconds", "score", "reason"],
+               [[names[o.student], o.chapter, f"{o.seconds:.1f}", f"{o.score:g} / {o.max_score:g}",
+                 o.reason] for o in slowest]),
+    ]), encoding="utf-8", errors="replace")
+    return page
