@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from . import i18n
 from ._intervals import clip, merge_intervals
 from ._schedule import PipelineSchedule
 from ._trace import COMM_KERNEL_RE, CPU_COMM_RE, DATA_RE, NOT_COMPUTE_RE, Trace
+from .i18n import text, tr
 
 COLOURS = {"compute": "tab:blue", "comm": "tab:orange", "data": "tab:green", "other": "tab:gray",
            "step": "lightgray"}
@@ -59,6 +61,9 @@ def plot_timeline(traces: Trace | Sequence[Trace], start_us: float | None = None
     t0 = min(starts)
     lo = t0 if start_us is None else t0 + start_us
     hi = end_us + t0 if end_us is not None else max(e.ts + e.dur for t in traces for e in t.events)
+    i18n.for_plot()
+    kind_names = {"compute": tr("compute"), "comm": tr("comm"), "data": tr("data"), "other": tr("other"),
+                  "step": tr("step")}
     labels, bars = [], []
     for t in traces:
         for label, kinds in sorted(_rows(t, lo, hi).items(), key=lambda kv: "step" not in kv[1]):
@@ -73,12 +78,12 @@ def plot_timeline(traces: Trace | Sequence[Trace], start_us: float | None = None
                            facecolor=COLOURS[kind], edgecolor="black" if kind == "step" else "none",
                            linewidth=0.5)
     present = {k for kinds in bars for k in kinds}
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items() if k in present],
+    ax.legend(handles=[Patch(color=c, label=kind_names[k]) for k, c in COLOURS.items() if k in present],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("time from the first profiled step (ms); steps are the outlined bands on top")
-    ax.set_title(title or "timeline")
+    ax.set_xlabel(tr("time from the first profiled step (ms); steps are the outlined bands on top"))
+    ax.set_title(text(title) or tr("timeline"))
     return ax
 
 
@@ -86,6 +91,7 @@ def plot_pipeline(sched: PipelineSchedule, ax: Any = None) -> Any:
     """Draw a simulated pipeline: forwards light, backwards dark, the white gaps are the bubble."""
     import matplotlib.pyplot as plt
 
+    i18n.for_plot()
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 0.5 * sched.stages + 1.2))
     for s, ops in enumerate(sched.ops):
@@ -93,9 +99,10 @@ def plot_pipeline(sched: PipelineSchedule, ax: Any = None) -> Any:
             ax.broken_barh([(start, end - start)], (s - 0.4, 0.8), edgecolor="black", linewidth=0.4,
                            color="tab:cyan" if kind == "F" else "tab:purple")
             ax.text((start + end) / 2, s, f"{kind}{mb}", ha="center", va="center", fontsize=7)
-    ax.set_yticks(range(sched.stages), [f"stage {s}" for s in range(sched.stages)])
+    ax.set_yticks(range(sched.stages), [tr("stage {stage}", stage=s) for s in range(sched.stages)])
     ax.invert_yaxis()
-    ax.set_xlabel("time (units of one forward)")
-    ax.set_title(f"{sched.schedule}: {sched.stages} stages × {sched.microbatches} microbatches, "
-                 f"bubble {sched.bubble_fraction:.0%}")
+    ax.set_xlabel(tr("time (units of one forward)"))
+    ax.set_title(tr("{schedule}: {stages} stages × {microbatches} microbatches, bubble {bubble:.0%}",
+                    schedule=sched.schedule, stages=sched.stages, microbatches=sched.microbatches,
+                    bubble=sched.bubble_fraction))
     return ax

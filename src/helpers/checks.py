@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import _records
+from .i18n import text, tr
 
 
 class CheckFailed(AssertionError):
@@ -48,18 +49,24 @@ def _fmt(value: Any) -> str:
 
 
 def _fail(what: str, expected: str, got: Any, hint: str) -> None:
+    """Raise the learner's message; label and hint are shown in the notebook's language."""
     __tracebackhide__ = True  # IPython and pytest hide this frame
-    message = f"✗ {what}: expected {expected}, got {_fmt(got)}."
+    message = tr("✗ {what}: expected {expected}, got {got}.", what=text(what), expected=expected,
+                 got=_fmt(got))
     if got is None:
-        message += " Did your function `return` its result?"
+        message += tr(" Did your function `return` its result?")
     if hint:
-        message += f"\n  Hint: {hint}"
+        message += tr("\n  Hint: {hint}", hint=text(hint))
     raise CheckFailed(message)
 
 
 def _ok(what: str, quiet: bool) -> None:
     if not quiet:
-        print(f"✓ {what}")
+        print(f"✓ {text(what)}")
+
+
+def _within(rtol: float) -> str:
+    return tr(" (within {rtol:.0%})", rtol=rtol) if rtol >= 1e-3 else ""
 
 
 def close(
@@ -74,11 +81,12 @@ def close(
 ) -> None:
     """Check that a number is within ``rtol`` (relative) or ``atol`` of ``expected``."""
     __tracebackhide__ = True
-    tolerance = f" (within {rtol:.0%})" if rtol >= 1e-3 else ""
+    tolerance = _within(rtol)
     try:
         value = float(got)
     except (TypeError, ValueError):
-        _fail(what, f"a number{tolerance} ≈ {_fmt(expected)}", got, hint)
+        _fail(what, tr("a number{tolerance} ≈ {expected}", tolerance=tolerance, expected=_fmt(expected)),
+              got, hint)
     if math.isnan(value) or not math.isclose(value, expected, rel_tol=rtol, abs_tol=atol):
         _fail(what, f"{_fmt(expected)}{tolerance}", got, hint)
     _ok(what, quiet)
@@ -101,15 +109,15 @@ def one_of(got: Any, allowed: Iterable[Any], what: str, *, hint: str = "") -> No
     __tracebackhide__ = True
     options = list(allowed)
     if got not in options:
-        _fail(what, "one of " + ", ".join(_fmt(o) for o in options), got, hint)
+        _fail(what, tr("one of {options}", options=", ".join(_fmt(o) for o in options)), got, hint)
 
 
 def at_most(count: Any, limit: int, what: str, *, hint: str = "", quiet: bool = False) -> None:
     """Check that a count is at most ``limit``; a failure says the count and the limit."""
     __tracebackhide__ = True
     if isinstance(count, bool) or not isinstance(count, int) or count > limit:
-        _fail(what, f"at most {_fmt(limit)}", count, hint)
-    _ok(f"{what}: {count} (at most {limit})", quiet)
+        _fail(what, tr("at most {limit}", limit=_fmt(limit)), count, hint)
+    _ok(tr("{what}: {count} (at most {limit})", what=text(what), count=count, limit=limit), quiet)
 
 
 class _Hidden:
@@ -143,15 +151,16 @@ class _Hidden:
             record["error"] = str(exc)
         if expect is None:
             if not _records.recording():
-                raise CheckFailed(f"✗ {what}: this hidden check has no expected value here; "
-                                  "it is graded by `trainperf grade`.")
+                raise CheckFailed(tr("✗ {what}: this hidden check has no expected value here; "
+                                     "it is graded by `trainperf grade`.", what=text(what)))
             _records.emit(record)  # the learner's kernel under trainperf grade: data only
             return
         wanted = _records.to_plain(list(expect()) if kind == "one_of" else expect())
         if "error" in record or not _records.compare(kind, record["value"], wanted, rtol, atol):
-            shown = f"one of {', '.join(_fmt(w) for w in wanted)}" if kind == "one_of" else _fmt(wanted)
-            if kind == "close" and rtol >= 1e-3:
-                shown += f" (within {rtol:.0%})"
+            shown = (tr("one of {options}", options=", ".join(_fmt(w) for w in wanted))
+                     if kind == "one_of" else _fmt(wanted))
+            if kind == "close":
+                shown += _within(rtol)
             _fail(what, shown, got, record.get("error") or hint)
         if _records.recording():  # the reference run: the solution agreed with expect()
             record["expected"] = wanted
@@ -165,10 +174,8 @@ def _blocked_function(qualified_name: str) -> types.FunctionType:
     """A stand-in whose code replaces the helper's. It runs with the helper module's globals,
     so it names nothing global but the builtin ``__import__``."""
     namespace: dict[str, Any] = {}
-    message = (
-        f"This exercise asks you to compute it yourself; calling {qualified_name} "
-        "is switched off while it is graded."
-    )
+    message = tr("This exercise asks you to compute it yourself; calling {name} is switched off "
+                 "while it is graded.", name=qualified_name)
     exec(f"def blocked(*args, **kwargs):\n"
          f"    records = __import__('helpers._records', fromlist=['emit'])\n"
          f"    if records.recording():\n"

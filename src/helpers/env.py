@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from . import __version__, hardware
+from . import __version__, hardware, i18n
 from .bench import resolve_device
+from .i18n import tr
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,11 @@ class Runtime:
         return self.device.type == "cuda"
 
 
-def setup(device: str = "auto", seed: int = 0, verbose: bool = True) -> Runtime:
-    """Resolve ``device`` ("auto" | "cpu" | "cuda"), seed torch, and print the environment."""
+def setup(device: str = "auto", seed: int = 0, verbose: bool = True, lang: str | None = None) -> Runtime:
+    """Resolve ``device`` ("auto" | "cpu" | "cuda"), seed torch, choose the language of
+    messages, widgets and plots (``lang``: "en" | "zh"; None keeps the current one, by default
+    ``$TRAINPERF_LANG`` or English), and print the environment."""
+    i18n.set_language(lang)
     dev = resolve_device(device)
     torch.manual_seed(seed)
     gpu, gpu_name = None, None
@@ -34,16 +38,18 @@ def setup(device: str = "auto", seed: int = 0, verbose: bool = True) -> Runtime:
         gpu = hardware.detect_gpu()
     runtime = Runtime(dev, gpu, gpu_name)
     if verbose:
-        print(f"helpers {__version__} · torch {torch.__version__} · Python "
-              f"{platform.python_version()} · device: {dev}")
+        print(tr("helpers {version} · torch {torch} · Python {python} · device: {device}",
+                 version=__version__, torch=torch.__version__, python=platform.python_version(),
+                 device=dev))
         if gpu is not None:
             peaks = ", ".join(f"{k} {v / 1e12:g}" for k, v in gpu.peak_flops.items())
-            print(f"GPU {gpu_name} -> table entry '{gpu.name}': dense peak TFLOP/s {peaks}; "
-                  f"bandwidth {gpu.memory_bandwidth / 1e12:g} TB/s ({gpu.source})")
+            print(tr("GPU {gpu} -> table entry '{entry}': dense peak TFLOP/s {peaks}; bandwidth "
+                     "{bandwidth:g} TB/s ({source})", gpu=gpu_name, entry=gpu.name, peaks=peaks,
+                     bandwidth=gpu.memory_bandwidth / 1e12, source=gpu.source))
         elif gpu_name:
-            print(f"GPU {gpu_name} is not in helpers.hardware.DEVICES: no datasheet peak; "
-                  "use measured figures (helpers.hardware.measure_device()).")
+            print(tr("GPU {gpu} is not in helpers.hardware.DEVICES: no datasheet peak; use measured "
+                     "figures (helpers.hardware.measure_device()).", gpu=gpu_name))
         else:
-            print(f"CPU run ({torch.get_num_threads()} threads): no datasheet peak for a CPU; "
-                  "the course measures this machine's own roofline instead.")
+            print(tr("CPU run ({threads} threads): no datasheet peak for a CPU; the course measures "
+                     "this machine's own roofline instead.", threads=torch.get_num_threads()))
     return runtime

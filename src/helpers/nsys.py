@@ -35,6 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from . import i18n
+from .i18n import tr
+
 DEFAULT_TRACE = ("cuda", "nvtx", "osrt", "cublas", "cudnn")  # one process
 DEFAULT_REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "nvtx_sum")
 EXAMPLE_NOTE = ("SYNTHETIC EXAMPLE written by helpers.nsys.make_nsys_examples in the layout of "
@@ -831,11 +834,12 @@ def plot_step(db: dict[str, Table], step: int = 0, ax: Any = None) -> Any:
     if step >= len(steps):
         raise ValueError(f"step={step}: the database has {len(steps)} NVTX 'step' ranges.")
     t0, t1 = int(nv["start"][steps[step]]), int(nv["end"][steps[step]])
+    i18n.for_plot()
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 3.2))
     lanes = [("NVTX " + n, nv.take(nv["name"] == n), "tab:purple")
              for n in ("step", "dataloader", "forward", "backward", "optimizer")]
-    lanes += [("CUDA API", db["runtime"], "tab:orange"), ("GPU kernels", db["kernels"], "tab:blue"),
+    lanes += [("CUDA API", db["runtime"], "tab:orange"), (tr("GPU kernels"), db["kernels"], "tab:blue"),
               ("GPU memcpy", db["memcpy"], "tab:red")]
     for y, (_, table, color) in enumerate(lanes):
         keep = (table["start"] < t1) & (table["end"] > t0) if len(table) else []
@@ -846,9 +850,9 @@ def plot_step(db: dict[str, Table], step: int = 0, ax: Any = None) -> Any:
                            (y - 0.4, 0.8), color=color)
     ax.set_yticks(range(len(lanes)), [lane[0] for lane in lanes])
     ax.invert_yaxis()
-    ax.set_xlabel("ms from the start of the step")
-    tag = " (EXAMPLE data, synthetic)" if nv.meta.get("example") else ""
-    ax.set_title(f"NVTX step {step}{tag}")
+    ax.set_xlabel(tr("ms from the start of the step"))
+    tag = tr(" (EXAMPLE data, synthetic)") if nv.meta.get("example") else ""
+    ax.set_title(tr("NVTX step {step}", step=step) + tag)
     return ax
 
 

@@ -21,10 +21,11 @@ from typing import Any
 
 import torch
 
-from . import hardware
+from . import hardware, i18n
 from ._validate import count as _count
 from ._validate import positive as _positive
 from .bench import measure, resolve_device
+from .i18n import text, tr
 
 
 def gemm_flops(M: int, K: int, N: int) -> int:
@@ -159,7 +160,7 @@ def format_table(rows: Sequence[CostRow]) -> str:
 
 
 def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple] = (),
-                  ax: Any = None, title: str = "", label: str = "roofline",
+                  ax: Any = None, title: str = "", label: str = "",
                   intensity_range: tuple[float, float] = (0.1, 1e4)) -> Any:
     """Draw a log-log roofline and optional points ``(intensity, flop_per_s, label)``.
 
@@ -170,22 +171,23 @@ def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple] =
     import numpy as np
 
     _positive(peak_flops=peak_flops, bandwidth=bandwidth)
+    i18n.for_plot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.2))
     lo, hi = intensity_range
     ridge = ridge_point(peak_flops, bandwidth)
     xs = np.logspace(math.log10(lo), math.log10(hi), 200)
-    ax.loglog(xs, np.minimum(peak_flops, bandwidth * xs) / 1e12, lw=2, label=label)
+    ax.loglog(xs, np.minimum(peak_flops, bandwidth * xs) / 1e12, lw=2, label=text(label) or tr("roofline"))
     ax.axvline(ridge, color="grey", ls=":", lw=1)
-    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, peak_flops / 1e12), textcoords="offset points",
-                xytext=(4, -14), fontsize=8, color="grey")
+    ax.annotate(tr("ridge {ridge:.0f} FLOP/B", ridge=ridge), (ridge, peak_flops / 1e12),
+                textcoords="offset points", xytext=(4, -14), fontsize=8, color="grey")
     markers = "osD^vP*Xh"
     for i, point in enumerate(points):
-        x, y, text = point[0], point[1], point[2] if len(point) > 2 else ""
-        ax.loglog([x], [y / 1e12], markers[i % len(markers)], ms=7, label=text or None)
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel("attainable TFLOP/s")
-    ax.set_title(title or "Roofline")
+        x, y, name = point[0], point[1], point[2] if len(point) > 2 else ""
+        ax.loglog([x], [y / 1e12], markers[i % len(markers)], ms=7, label=text(name) or None)
+    ax.set_xlabel(tr("arithmetic intensity (FLOP/byte)"))
+    ax.set_ylabel(tr("attainable TFLOP/s"))
+    ax.set_title(text(title) or tr("Roofline"))
     ax.grid(True, which="both", alpha=0.3)
     if any(len(p) > 2 and p[2] for p in points):
         ax.legend(fontsize=8, loc="lower right")
@@ -308,6 +310,11 @@ def _same_on_slider(slider_value: float, exact: float) -> bool:
     return abs(math.log10(slider_value) - math.log10(exact)) <= _LOG_STEP / 2 + 1e-9
 
 
+def _bound(limiter_name: str) -> str:
+    """"compute-bound" / "memory-bound" in the current language."""
+    return tr("compute-bound") if limiter_name == "compute" else tr("memory-bound")
+
+
 class RooflineExplorer:
     """Sliders for M, bytes per element, peak and bandwidth, plus device presets.
 
@@ -327,13 +334,13 @@ class RooflineExplorer:
             raise ValueError(f"Unknown preset {preset!r}; pick one of roofline.presets(), "
                              "e.g. 'H100 SXM · bf16'.")
         peak, bw, b = self._presets[preset]
-        self.preset = w.Dropdown(options=list(self._presets), value=preset, description="device")
+        self.preset = w.Dropdown(options=list(self._presets), value=preset, description=tr("device"))
         self.m = w.SelectionSlider(options=[2**i for i in range(15)], value=M, description="M")
-        self.b = w.SelectionSlider(options=[1, 2, 4], value=b, description="bytes/elem")
+        self.b = w.SelectionSlider(options=[1, 2, 4], value=b, description=tr("bytes/elem"))
         self.peak = w.FloatLogSlider(value=peak / 1e12, base=10, min=-1, max=4, step=_LOG_STEP,
-                                     description="peak TF/s", readout_format=".1f")
+                                     description=tr("peak TF/s"), readout_format=".1f")
         self.bw = w.FloatLogSlider(value=bw / 1e12, base=10, min=-2, max=1, step=_LOG_STEP,
-                                   description="BW TB/s", readout_format=".2f")
+                                   description=tr("BW TB/s"), readout_format=".2f")
         self.title = w.HTML()
         self.row = w.HTML()
         self.out = w.Output()
@@ -367,7 +374,7 @@ class RooflineExplorer:
         if (_same_on_slider(self.peak.value, peak / 1e12) and _same_on_slider(self.bw.value, bw / 1e12)
                 and self.b.value == b):
             return peak, bw, b, self.preset.value
-        return self.peak.value * 1e12, self.bw.value * 1e12, self.b.value, "custom roofs"
+        return self.peak.value * 1e12, self.bw.value * 1e12, self.b.value, tr("custom roofs")
 
     def current(self) -> CostRow:
         """The cost-model row for the current view (exact preset figures while on a preset)."""
@@ -390,12 +397,13 @@ class RooflineExplorer:
 
         r = self.current()
         peak, bw, b, name = self.roofs()
-        self.title.value = (f"<b>{name}</b>: peak {peak / 1e12:g} TFLOP/s, bandwidth "
-                            f"{bw / 1e9:g} GB/s, {b:g} bytes per element")
-        self.row.value = (
-            f"<code>M={r.M}: I = {r.intensity:.1f} FLOP/B, F/peak = {r.compute_time * 1e3:.4f} ms, "
-            f"Q/BW = {r.memory_time * 1e3:.4f} ms, ideal ≥ {r.ideal_time * 1e3:.4f} ms, "
-            f"{r.limiter}-bound, ≤ {r.attainable / 1e12:.1f} TFLOP/s</code>")
+        self.title.value = tr("<b>{name}</b>: peak {peak:g} TFLOP/s, bandwidth {bw:g} GB/s, {b:g} bytes "
+                              "per element", name=name, peak=peak / 1e12, bw=bw / 1e9, b=b)
+        self.row.value = "<code>" + tr(
+            "M={M}: I = {intensity:.1f} FLOP/B, F/peak = {compute:.4f} ms, Q/BW = {memory:.4f} ms, "
+            "ideal ≥ {ideal:.4f} ms, {bound}, ≤ {attainable:.1f} TFLOP/s", M=r.M, intensity=r.intensity,
+            compute=r.compute_time * 1e3, memory=r.memory_time * 1e3, ideal=r.ideal_time * 1e3,
+            bound=_bound(r.limiter), attainable=r.attainable / 1e12) + "</code>"
         self.out.clear_output(wait=True)
         with self.out:
             display(self.figure())
@@ -409,5 +417,6 @@ class RooflineExplorer:
         self.figure().savefig(buffer, format="png", dpi=80, bbox_inches="tight")
         bundle["image/png"] = base64.b64encode(buffer.getvalue()).decode()
         r = self.current()
-        bundle["text/plain"] = f"Roofline explorer ({self.roofs()[3]}, M={r.M}, {r.limiter}-bound)"
+        bundle["text/plain"] = tr("Roofline explorer ({name}, M={M}, {bound})", name=self.roofs()[3], M=r.M,
+                                  bound=_bound(r.limiter))
         return bundle

@@ -3,4 +3,6 @@
 Needs the ``course`` extra (nbgrader, papermill, ...). The learner package is ``helpers``.
 """
 
-__version__ = "0.1.0"
+from helpers import __version__  # one version for the whole distribution (pyproject reads it)
+
+__all__ = ["__version__"]

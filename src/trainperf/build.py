@@ -1,13 +1,25 @@
-"""``trainperf build``: regenerate ``notebooks/`` from ``solutions/`` with nbgrader."""
+"""``trainperf build``: regenerate ``notebooks/`` from ``solutions/`` with nbgrader.
+
+The English edition is ``notebooks/<chapter>/``. Each language with catalogues in
+``i18n/<lang>/`` gets ``notebooks/<lang>/<chapter>/``: the same solution notebook with its
+markdown translated (:mod:`trainperf.i18n`), put through the same real ``nbgrader
+generate_assignment``, so its graded cells are the English edition's. The build also writes
+the strings the helpers show in that language (``src/helpers/data/strings_<lang>.json``) and
+the translation status column of the READMEs' chapter tables.
+"""
 
 from __future__ import annotations
 
 import filecmp
+import json
 import shutil
 import tempfile
 from pathlib import Path
 
-from .course import chapters, generate, make_scratch_course
+from . import i18n, readme
+from .course import chapter_notebook, chapters, generate, make_scratch_course
+
+README_LANGUAGE = "zh"  # the language whose progress the READMEs' chapter tables show
 
 
 def _files(folder: Path) -> set[str]:
@@ -15,14 +27,24 @@ def _files(folder: Path) -> set[str]:
             if p.is_file() and ".ipynb_checkpoints" not in p.parts and "__pycache__" not in p.parts}
 
 
-def generate_all(root: Path, chapter_ids: list[str], scratch: Path) -> dict[str, Path]:
-    """Generate each chapter's student version in ``scratch``; chapter -> released folder."""
+def generate_all(root: Path, chapter_ids: list[str], scratch: Path,
+                 lang: str | None = None) -> dict[str, Path]:
+    """Generate each chapter's student version in ``scratch``; chapter -> released folder.
+    With ``lang``, from the solution translated by the chapter's catalogue."""
     make_scratch_course(root, scratch, chapter_ids)
+    if lang is not None:
+        for chapter in chapter_ids:
+            source = chapter_notebook(root, chapter)
+            notebook = json.loads(source.read_text(encoding="utf-8"))
+            translated = i18n.translate(notebook, i18n.catalogue_or_empty(root, lang, chapter))
+            (scratch / "solutions" / chapter / source.name).write_text(
+                json.dumps(translated, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return {chapter: generate(scratch, chapter) for chapter in chapter_ids}
 
 
 def differences(root: Path, chapter: str, released: Path) -> list[str]:
-    """Files of ``notebooks/<chapter>`` that differ from what nbgrader generates."""
+    """Files of ``notebooks/<chapter>`` (``chapter`` may be ``zh/01_roofline``) that differ
+    from what nbgrader generates."""
     committed = root / "notebooks" / chapter
     if not committed.is_dir():
         return [f"notebooks/{chapter}/ (missing)"]
@@ -35,25 +57,99 @@ def differences(root: Path, chapter: str, released: Path) -> list[str]:
     return diffs
 
 
+def _place(root: Path, folder: str, released: Path, diffs: list[str]) -> None:
+    target = root / "notebooks" / folder
+    if diffs:
+        if target.exists():
+            shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(released, target)
+    print(f"{folder}: {'rebuilt' if diffs else 'up to date'}")
+
+
+def catalogue_state(root: Path, lang: str, check: bool) -> tuple[list[str], dict[str, tuple[int, int, str]]]:
+    """Problems of every chapter's catalogue (each named ``i18n/<lang>/<chapter>.json: ...``)
+    and each chapter's progress (done, total, status). Without ``check``, a chapter without a
+    catalogue gets an empty one to fill."""
+    found: list[str] = []
+    progress: dict[str, tuple[int, int, str]] = {}
+    catalogues = {}
+    for chapter in chapters(root):
+        notebook = json.loads(chapter_notebook(root, chapter).read_text(encoding="utf-8"))
+        path = i18n.catalogue_path(root, lang, chapter)
+        rel = path.relative_to(root).as_posix()
+        if not path.is_file():
+            if check:
+                found.append(f"{rel} (missing: `trainperf build` writes an empty one to fill)")
+            else:
+                path.write_text(json.dumps(i18n.skeleton(notebook, lang, chapter), indent=1,
+                                           ensure_ascii=False) + "\n", encoding="utf-8")
+                print(f"{rel}: written (empty, in progress)")
+        try:
+            catalogue = i18n.catalogue_or_empty(root, lang, chapter)
+        except (ValueError, OSError) as exc:
+            found.append(f"{rel}: {exc}")
+            continue
+        catalogues[chapter] = catalogue
+        found += [f"{rel}: {problem}" for problem in i18n.catalogue_problems(notebook, catalogue)]
+        progress[chapter] = (*i18n.translated_cells(notebook, catalogue), catalogue.get("status", ""))
+    merged, clashes = i18n.merged_strings(catalogues)
+    found += [f"i18n/{lang}: {clash}" for clash in clashes]
+    target = i18n.strings_path(root, lang)
+    text = i18n.strings_file(lang, merged)
+    current = target.read_text(encoding="utf-8") if target.is_file() else None
+    if current != text:
+        if check:
+            found.append(f"{target.relative_to(root).as_posix()} (not what i18n/{lang}/ holds)")
+        else:
+            target.write_text(text, encoding="utf-8")
+            print(f"{target.relative_to(root).as_posix()}: rewritten")
+    return found, progress
+
+
 def build(root: Path, wanted: list[str] | None = None, check: bool = False) -> list[str]:
-    """Regenerate (or with ``check``, compare) student notebooks; returns the differences."""
+    """Regenerate (or with ``check``, compare) student notebooks in every language, the
+    helpers' strings and the READMEs' translation status; returns what differs."""
     chapter_ids = chapters(root, wanted)
     found: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="trainperf-build-") as tmp:
-        for chapter, released in generate_all(root, chapter_ids, Path(tmp)).items():
-            diffs = differences(root, chapter, released)
-            found += diffs
-            if check:
-                continue
-            target = root / "notebooks" / chapter
-            if diffs:
-                if target.exists():
-                    shutil.rmtree(target)
-                shutil.copytree(released, target)
-            print(f"{chapter}: {'rebuilt' if diffs else 'up to date'}")
+    languages = i18n.languages(root)
+    progress: dict[str, dict[str, tuple[int, int, str]]] = {}
+    for lang in languages:
+        problems, progress[lang] = catalogue_state(root, lang, check)
         if check:
-            # notebooks/ must not hold chapters that solutions/ no longer has
-            stray = sorted(p.name for p in (root / "notebooks").glob("*")
-                           if p.is_dir() and p.name not in chapters(root))
-            found += [f"notebooks/{name}/ (no such chapter in solutions/)" for name in stray]
+            found += problems
+        else:
+            for line in problems:
+                print(f"translation out of date: {line}")
+    with tempfile.TemporaryDirectory(prefix="trainperf-build-") as tmp:
+        for lang in [None, *languages]:
+            scratch = Path(tmp) / (lang or "en")
+            for chapter, released in generate_all(root, chapter_ids, scratch, lang).items():
+                folder = f"{lang}/{chapter}" if lang else chapter
+                diffs = differences(root, folder, released)
+                found += diffs
+                if not check:
+                    _place(root, folder, released, diffs)
+    if README_LANGUAGE in progress:
+        for path, (text, want) in readme.updated(root, progress[README_LANGUAGE]).items():
+            if text != want:
+                found.append(f"{path.name}: the chapter table's translation status is out of date")
+                if not check:
+                    path.write_text(want, encoding="utf-8")
+                    print(f"{path.name}: translation status updated")
+    if check:
+        found += _stray(root, languages)
+    return found
+
+
+def _stray(root: Path, languages: list[str]) -> list[str]:
+    """Folders of notebooks/ that solutions/ and i18n/ do not account for."""
+    known = set(chapters(root))
+    found = [f"notebooks/{p.name}/ (no such chapter in solutions/)"
+             for p in sorted((root / "notebooks").glob("*"))
+             if p.is_dir() and p.name not in known and p.name not in languages]
+    for lang in languages:
+        folder = root / "notebooks" / lang
+        found += [f"notebooks/{lang}/{p.name}/ (no such chapter in solutions/)"
+                  for p in sorted(folder.glob("*")) if p.is_dir() and p.name not in known]
     return found

@@ -15,7 +15,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--root", type=Path, help="course checkout (default: found from cwd)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("build", help="regenerate notebooks/ from solutions/ (nbgrader)")
+    p = sub.add_parser("build", help="regenerate notebooks/ and notebooks/<lang>/ from solutions/")
     p.add_argument("--check", action="store_true",
                    help="change nothing; exit 1 naming each file notebooks/ gets wrong")
     p.add_argument("--chapters", nargs="*", help="chapter names or numbers (default: all)")
@@ -100,10 +100,11 @@ def main(argv: list[str] | None = None) -> int:
                 for line in diffs:
                     print(f"out of date: {line}", file=sys.stderr)
                 if diffs:
-                    print("notebooks/ is not what solutions/ generates: run `trainperf build`.",
+                    print("notebooks/ (or a translation) is not what solutions/ and i18n/ generate: "
+                          "update the translations named above, then run `trainperf build`.",
                           file=sys.stderr)
                     return 1
-                print("notebooks/ matches solutions/.")
+                print("notebooks/ matches solutions/ and the translations are up to date.")
             return 0
         if args.command == "run":
             from .run import run

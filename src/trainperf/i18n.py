@@ -12,15 +12,27 @@ Format::
      "strings": {"<English string shown by code>": "<translation>"}}
 
 ``strings`` holds learner-facing strings that live in code cells (check hints, labels), looked
-up by their exact English text at run time.
+up by their exact English text at run time: ``trainperf build`` merges every chapter's strings
+into ``src/helpers/data/strings_<lang>.json``, which ships with the helpers.
+
+A translated notebook differs from the English one in its markdown, in
+``metadata.trainperf.language`` and in one line of its parameters cell, ``LANGUAGE = "<lang>"``,
+which the setup cell passes to ``helpers.setup(lang=...)`` (messages, widgets and plots in that
+language). Graded cells are untouched.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
+
+#: The line of a parameters cell that names the notebook's language.
+LANGUAGE_LINE = re.compile(r'^LANGUAGE = "[a-z]+"', re.MULTILINE)
+STATUSES = ("complete", "in progress")
 
 
 def text_hash(text: str) -> str:
@@ -76,8 +88,28 @@ def problems(notebook: dict[str, Any], catalogue: dict[str, Any]) -> list[str]:
     return found
 
 
+def set_language_parameter(notebook: dict[str, Any], lang: str) -> bool:
+    """Set ``LANGUAGE = "<lang>"`` in the notebook's parameters cell (in place); False when
+    the notebook has no such line."""
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            source = _source(cell)
+            if LANGUAGE_LINE.search(source):
+                cell["source"] = LANGUAGE_LINE.sub(f'LANGUAGE = "{lang}"', source, count=1)
+                return True
+    return False
+
+
+def notebook_language(notebook: dict[str, Any]) -> str:
+    """The language a notebook says it is in (``metadata.trainperf.language``), else "en"."""
+    meta = notebook.get("metadata") if isinstance(notebook, dict) else None
+    lang = (meta or {}).get("trainperf", {}).get("language") if isinstance(meta, dict) else None
+    return lang if isinstance(lang, str) and re.fullmatch(r"[a-z]{2}", lang) else "en"
+
+
 def translate(notebook: dict[str, Any], catalogue: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``notebook`` whose markdown cells are the catalogue's (English where missing)."""
+    """A copy of ``notebook`` whose markdown cells are the catalogue's (English where missing),
+    marked as being in the catalogue's language (metadata and the ``LANGUAGE`` parameter)."""
     import copy
 
     out = copy.deepcopy(notebook)
@@ -87,4 +119,88 @@ def translate(notebook: dict[str, Any], catalogue: dict[str, Any]) -> dict[str, 
         if cell["cell_type"] == "markdown" and entry and entry.get("text", "").strip():
             cell["source"] = entry["text"]
     out.setdefault("metadata", {}).setdefault("trainperf", {})["language"] = catalogue["language"]
+    set_language_parameter(out, catalogue["language"])
     return out
+
+
+# --------------------------------------------------------------------------- whole course
+
+def languages(root: Path) -> list[str]:
+    """Languages with catalogues: the folders of ``i18n/``."""
+    folder = root / "i18n"
+    return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+
+
+def catalogue_or_empty(root: Path, lang: str, chapter: str) -> dict[str, Any]:
+    """The chapter's catalogue, or an empty one "in progress" when there is none yet."""
+    path = catalogue_path(root, lang, chapter)
+    if path.is_file():
+        return load(path)
+    return {"language": lang, "chapter": chapter, "status": "in progress", "cells": {}, "strings": {}}
+
+
+def catalogue_problems(notebook: dict[str, Any], catalogue: dict[str, Any]) -> list[str]:
+    """:func:`problems`, plus a status that is neither "complete" nor "in progress" and
+    strings that no code cell of the chapter holds any more."""
+    found = problems(notebook, catalogue)
+    if catalogue.get("status") not in STATUSES:
+        found.append(f"status {catalogue.get('status')!r} is neither {' nor '.join(map(repr, STATUSES))}")
+    constants = code_strings(notebook)
+    found += [f"string {english[:60]!r}: no code cell of the chapter holds this text any more"
+              for english in catalogue.get("strings", {}) if english not in constants]
+    return found
+
+
+def code_strings(notebook: dict[str, Any]) -> set[str]:
+    """Every string constant of the notebook's code cells (adjacent literals joined, as Python
+    joins them); the keys a catalogue's ``strings`` may use."""
+    found: set[str] = set()
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        try:
+            tree = ast.parse(_source(cell))
+        except SyntaxError:
+            continue
+        found |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return found
+
+
+def translated_cells(notebook: dict[str, Any], catalogue: dict[str, Any]) -> tuple[int, int]:
+    """(markdown cells with an up-to-date translation, markdown cells)."""
+    english = markdown_cells(notebook)
+    cells = catalogue.get("cells", {})
+    done = sum(1 for cid, text in english.items() if (cells.get(cid) or {}).get("text", "").strip()
+               and cells[cid].get("en_hash") == text_hash(text))
+    return done, len(english)
+
+
+def strings_path(root: Path, lang: str) -> Path:
+    """Where the merged strings of every chapter ship with the helpers."""
+    return root / "src" / "helpers" / "data" / f"strings_{lang}.json"
+
+
+def merged_strings(catalogues: dict[str, dict[str, Any]]) -> tuple[dict[str, str], list[str]]:
+    """Every chapter's ``strings`` in one table (chapter order), and the English strings that
+    two chapters translate differently."""
+    merged: dict[str, str] = {}
+    where: dict[str, str] = {}
+    clashes = []
+    for chapter, catalogue in catalogues.items():
+        for english, translated in catalogue.get("strings", {}).items():
+            if not isinstance(translated, str) or not translated.strip():
+                continue
+            if english in merged and merged[english] != translated:
+                clashes.append(f"string {english[:60]!r} is translated differently in {where[english]} "
+                               f"and {chapter}")
+                continue
+            merged.setdefault(english, translated)
+            where.setdefault(english, chapter)
+    return merged, clashes
+
+
+def strings_file(lang: str, merged: dict[str, str]) -> str:
+    """The text of ``strings_<lang>.json``."""
+    data = {"language": lang, "generated_by": "trainperf build, from i18n/" + lang + "/*.json",
+            "strings": dict(sorted(merged.items()))}
+    return json.dumps(data, indent=1, ensure_ascii=False) + "\n"

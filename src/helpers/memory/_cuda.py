@@ -19,6 +19,9 @@ from typing import Any
 
 import torch
 
+from .. import i18n
+from ..i18n import text, tr
+
 NOT_ON_CPU = ("not available on CPU: allocated / reserved / peak are statistics of PyTorch's CUDA "
               "caching allocator, and there is no CUDA device here. On a CPU, measure the storage "
               "saved for backward with memory.saved_tensor_bytes(...) or a whole step by category "
@@ -86,17 +89,19 @@ def plot_timeline(points: Sequence[tuple[float, int]], ax: Any = None, title: st
     """Step plot of allocated MiB over time."""
     import matplotlib.pyplot as plt
 
+    i18n.for_plot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.2))
     if points:
         xs = [t for t, _ in points]
         ys = [b for _, b in points]
-        ax.step(xs, [y / 2**20 for y in ys], where="post", lw=1.5, label="allocated")
+        ax.step(xs, [y / 2**20 for y in ys], where="post", lw=1.5, label=tr("allocated"))
     if peak is not None:
-        ax.axhline(peak / 2**20, color="tab:red", ls=":", lw=1, label=f"peak {peak / 2**20:,.0f} MiB")
-    ax.set_xlabel("time (ms)")
-    ax.set_ylabel("allocated (MiB)")
-    ax.set_title(title or "CUDA memory over one step")
+        ax.axhline(peak / 2**20, color="tab:red", ls=":", lw=1,
+                   label=tr("peak {mib:,.0f} MiB", mib=peak / 2**20))
+    ax.set_xlabel(tr("time (ms)"))
+    ax.set_ylabel(tr("allocated (MiB)"))
+    ax.set_title(text(title) or tr("CUDA memory over one step"))
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
     return ax

@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .. import hardware, models
+from .. import hardware, i18n, models
 from .._validate import count as _count
+from ..i18n import text, tr
 from ._ledger import OPTIMIZER_STATES, RECOMPUTE, activation_bytes, model_state_bytes
 
 GB = 1e9  # datasheets print memory in GB
@@ -85,6 +86,7 @@ def plot_estimates(bars: dict[str, dict[str, int]], capacity: float | None = Non
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    i18n.for_plot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7.2, 4.2))
     labels = list(bars)
@@ -100,16 +102,25 @@ def plot_estimates(bars: dict[str, dict[str, int]], capacity: float | None = Non
         top = max(top, bottom)
     if capacity is not None:
         ax.axhline(capacity / GB, color="black", ls="--", lw=1.2)
-        ax.annotate(capacity_label, (len(labels) - 0.5, capacity / GB), ha="right", va="bottom", fontsize=8)
+        ax.annotate(text(capacity_label), (len(labels) - 0.5, capacity / GB), ha="right", va="bottom",
+                    fontsize=8)
         top = max(top, capacity / GB)
     ax.set_ylim(0, top * 1.12)
-    ax.set_xticks(range(len(labels)), labels, fontsize=8)
-    ax.set_ylabel("GB per GPU (10⁹ bytes)")
-    ax.set_title(title, fontsize=9)
-    handles = [Patch(color=color, label=key.replace("_", " ")) for key, color in PARTS]
+    ax.set_xticks(range(len(labels)), [text(label) for label in labels], fontsize=8)
+    ax.set_ylabel(tr("GB per GPU (10⁹ bytes)"))
+    ax.set_title(text(title), fontsize=9)
+    handles = [Patch(color=color, label=_part(key)) for key, color in PARTS]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(True, axis="y", alpha=0.3)
     return ax
+
+
+def _part(key: str) -> str:
+    """A ledger part's name as shown ("optimizer_state" -> "optimizer state"), translated."""
+    names = {"parameters": tr("parameters"), "gradients": tr("gradients"),
+             "optimizer_state": tr("optimizer state"), "master_weights": tr("master weights"),
+             "activations": tr("activations"), "logits": tr("logits")}
+    return names.get(key, key.replace("_", " "))
 
 
 class MemoryExplorer:
@@ -128,21 +139,23 @@ class MemoryExplorer:
             raise KeyError(f"no model preset {model!r}; known: {', '.join(self._presets)}")
         spec = hardware.get_device(device)
         dd = {"style": {"description_width": "90px"}}
-        self.model = w.Dropdown(options=list(self._presets), value=model, description="model", **dd)
+        self.model = w.Dropdown(options=list(self._presets), value=model, description=tr("model"), **dd)
         self.device = w.Dropdown(options=list(hardware.DEVICES), value=spec.name, description="GPU", **dd)
         self.precision = w.Dropdown(options=["bf16 mixed", "fp32"], value="bf16 mixed",
-                                    description="precision", **dd)
-        self.optimizer = w.Dropdown(options=list(OPTIMIZER_STATES), value="adamw", description="optimizer",
+                                    description=tr("precision"), **dd)
+        self.optimizer = w.Dropdown(options=list(OPTIMIZER_STATES), value="adamw",
+                                    description=tr("optimizer"), **dd)
+        self.recompute = w.Dropdown(options=list(RECOMPUTE), value="none", description=tr("recompute"),
                                     **dd)
-        self.recompute = w.Dropdown(options=list(RECOMPUTE), value="none", description="recompute", **dd)
-        self.attention = w.Dropdown(options=["fused", "unfused"], value="fused", description="attention",
-                                    **dd)
-        self.batch = w.SelectionSlider(options=[2**i for i in range(9)], value=batch, description="batch",
-                                       **dd)
+        self.attention = w.Dropdown(options=["fused", "unfused"], value="fused",
+                                    description=tr("attention"), **dd)
+        self.batch = w.SelectionSlider(options=[2**i for i in range(9)], value=batch,
+                                       description=tr("batch"), **dd)
         self.seq = w.SelectionSlider(options=[2**i for i in range(7, 16)], value=seq_len,
-                                     description="seq_len", **dd)
-        self.stage = w.IntSlider(value=0, min=0, max=3, description="ZeRO stage", **dd)
-        self.dp = w.SelectionSlider(options=[2**i for i in range(11)], value=8, description="DP ranks", **dd)
+                                     description=tr("seq_len"), **dd)
+        self.stage = w.IntSlider(value=0, min=0, max=3, description=tr("ZeRO stage"), **dd)
+        self.dp = w.SelectionSlider(options=[2**i for i in range(11)], value=8, description=tr("DP ranks"),
+                                    **dd)
         self.row = w.HTML()
         self.out = w.Output()
         controls = [self.model, self.device, self.precision, self.optimizer, self.recompute,
@@ -165,10 +178,11 @@ class MemoryExplorer:
                         **self.settings())
 
     def _title(self) -> str:
-        return (f"{self.model.value} · batch {self.batch.value} × seq {self.seq.value} · "
-                f"{self.precision.value} · {self.optimizer.value} · ZeRO-{self.stage.value} × "
-                f"{self.dp.value} ranks · {self.attention.value} attention · "
-                f"recompute {self.recompute.value}")
+        return tr("{model} · batch {batch} × seq {seq} · {precision} · {optimizer} · ZeRO-{stage} × {dp} "
+                  "ranks · {attention} attention · recompute {recompute}", model=self.model.value,
+                  batch=self.batch.value, seq=self.seq.value, precision=self.precision.value,
+                  optimizer=self.optimizer.value, stage=self.stage.value, dp=self.dp.value,
+                  attention=self.attention.value, recompute=self.recompute.value)
 
     def figure(self) -> Any:
         import matplotlib.pyplot as plt
@@ -176,8 +190,8 @@ class MemoryExplorer:
         spec = hardware.get_device(self.device.value)
         bars = {mode: self.current(mode) for mode in RECOMPUTE}
         fig, ax = plt.subplots(figsize=(8.4, 4.2), layout="constrained")
-        plot_estimates({f"recompute\n{m}": v for m, v in bars.items()}, spec.memory_gb * GB,
-                       highlight=f"recompute\n{self.recompute.value}",
+        plot_estimates({tr("recompute") + f"\n{m}": v for m, v in bars.items()}, spec.memory_gb * GB,
+                       highlight=tr("recompute") + f"\n{self.recompute.value}",
                        capacity_label=f"{spec.name}: {spec.memory_gb:g} GB", ax=ax, title=self._title())
         plt.close(fig)
         return fig
@@ -188,12 +202,13 @@ class MemoryExplorer:
         spec = hardware.get_device(self.device.value)
         total = self.current()["total"]
         room = spec.memory_gb * GB - total
-        verdict = (f"fits, {room / GB:,.1f} GB to spare" if room >= 0
-                   else f"does NOT fit: {-room / GB:,.1f} GB over")
-        parts = ", ".join(f"{k.replace('_', ' ')} {v / GB:,.2f}" for k, v in self.current().items()
-                          if k != "total")
-        self.row.value = (f"<code>{self._title()}<br>per GPU {total / GB:,.2f} GB ({parts} GB) on "
-                          f"{spec.name} ({spec.memory_gb:g} GB, datasheet): {verdict}</code>")
+        verdict = (tr("fits, {room:,.1f} GB to spare", room=room / GB) if room >= 0
+                   else tr("does NOT fit: {over:,.1f} GB over", over=-room / GB))
+        parts = ", ".join(f"{_part(k)} {v / GB:,.2f}" for k, v in self.current().items() if k != "total")
+        self.row.value = "<code>" + self._title() + "<br>" + tr(
+            "per GPU {total:,.2f} GB ({parts} GB) on {device} ({capacity:g} GB, datasheet): {verdict}",
+            total=total / GB, parts=parts, device=spec.name, capacity=spec.memory_gb,
+            verdict=verdict) + "</code>"
         self.out.clear_output(wait=True)
         with self.out:
             display(self.figure())
@@ -207,8 +222,9 @@ class MemoryExplorer:
         self.figure().savefig(buffer, format="png", dpi=80, bbox_inches="tight")
         bundle["image/png"] = base64.b64encode(buffer.getvalue()).decode()
         total, spec = self.current()["total"], hardware.get_device(self.device.value)
-        bundle["text/plain"] = (f"Memory explorer ({self._title()}): {total / GB:,.2f} GB per GPU vs "
-                                f"{spec.name} {spec.memory_gb:g} GB")
+        bundle["text/plain"] = tr("Memory explorer ({title}): {total:,.2f} GB per GPU vs {device} "
+                                  "{capacity:g} GB", title=self._title(), total=total / GB,
+                                  device=spec.name, capacity=spec.memory_gb)
         return bundle
 
 

@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 
+from .. import i18n
 from .._validate import count, positive
+from ..i18n import text, tr
 
 POLICIES = ("max", "most_recent")
 MX_BLOCK = 32  # values per shared scale in every MX format of the v1.0 specification
@@ -238,19 +240,21 @@ def plot_delayed_scaling(runs: dict[str, Sequence[ScalingStep]], fmt_max: float,
     run; an amax above its run's line overflowed (marked with x)."""
     import matplotlib.pyplot as plt
 
+    i18n.for_plot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.8))
     first = next(iter(runs.values()))
-    ax.semilogy([s.step for s in first], [s.amax for s in first], "k.-", lw=1, label="amax of the step")
+    ax.semilogy([s.step for s in first], [s.amax for s in first], "k.-", lw=1, label=tr("amax of the step"))
     for label, steps in runs.items():
         line = ax.semilogy([s.step for s in steps], [fmt_max / s.scale for s in steps], lw=1.5,
-                           drawstyle="steps-mid", label=f"largest amax that fits: {label}")
+                           drawstyle="steps-mid", label=tr("largest amax that fits: {label}",
+                                                           label=text(label)))
         bad = [s for s in steps if s.overflow]
         if bad:
             ax.semilogy([s.step for s in bad], [s.amax for s in bad], "x", ms=8, color=line[0].get_color())
-    ax.set_xlabel("step")
-    ax.set_ylabel("magnitude")
-    ax.set_title("delayed scaling: x = the step overflowed")
+    ax.set_xlabel(tr("step"))
+    ax.set_ylabel(tr("magnitude"))
+    ax.set_title(tr("delayed scaling: x = the step overflowed"))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     return ax
@@ -260,13 +264,14 @@ def plot_block_errors(errors: dict[str, torch.Tensor], ax: Any = None) -> Any:
     """Mean relative error per block of 32 values, one line per scaling method."""
     import matplotlib.pyplot as plt
 
+    i18n.for_plot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.6))
     for label, err in errors.items():
-        ax.semilogy(range(len(err)), err.clamp_min(1e-6).tolist(), lw=1, label=label)
-    ax.set_xlabel("block of 32 values")
-    ax.set_ylabel("mean relative error")
-    ax.set_title("fp8 e4m3 round trip: per-tensor scale vs MX block scales")
+        ax.semilogy(range(len(err)), err.clamp_min(1e-6).tolist(), lw=1, label=text(label))
+    ax.set_xlabel(tr("block of 32 values"))
+    ax.set_ylabel(tr("mean relative error"))
+    ax.set_title(tr("fp8 e4m3 round trip: per-tensor scale vs MX block scales"))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     return ax

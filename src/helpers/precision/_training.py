@@ -12,9 +12,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import hardware, mfu, models
+from .. import hardware, i18n, mfu, models
 from .._validate import count, positive
 from ..bench import resolve_device
+from ..i18n import text, tr
 
 #: Ops that only change a tensor's view or bookkeeping: left out of the autocast table.
 _VIEW_OPS = {"view", "t", "transpose", "split", "detach", "_unsafe_view", "reshape", "expand",
@@ -191,13 +192,14 @@ def plot_losses(curves: dict[str, Sequence[float]], ax: Any = None, title: str =
     """Loss curves of several precision settings on one axis."""
     import matplotlib.pyplot as plt
 
+    i18n.for_plot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.8))
     for label, losses in curves.items():
-        ax.plot(range(1, len(losses) + 1), losses, label=label, lw=1.5)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
-    ax.set_title(title or "fp32 vs mixed precision")
+        ax.plot(range(1, len(losses) + 1), losses, label=text(label), lw=1.5)
+    ax.set_xlabel(tr("step"))
+    ax.set_ylabel(tr("training loss"))
+    ax.set_title(text(title) or tr("fp32 vs mixed precision"))
     ax.grid(True, alpha=0.3)
     ax.legend()
     return ax
@@ -270,6 +272,7 @@ def plot_speedups(result: Speedups, ax: Any = None) -> Any:
 
     from .. import roofline
 
+    i18n.for_plot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.2))
     roofs = result.peaks or result.gemm_flops
@@ -279,8 +282,10 @@ def plot_speedups(result: Speedups, ax: Any = None) -> Any:
         intensity = roofline.intensity(roofline.gemm_flops(n, n, n), roofline.gemm_bytes(n, n, n, b))
         point = (intensity, result.gemm_flops[key], f"GEMM {key}")
         roofline.plot_roofline(roofs[key], result.bandwidth, [point],
-                               ax=ax, label=f"{key} roof ({'datasheet' if result.peaks else 'measured'})")
-        ax.axhline(result.step_flops[key] / 1e12, color=style, ls="--", lw=1, label=f"training step {key}")
-    ax.set_title(f"bf16 vs fp32 on {result.device_name}")
+                               ax=ax, label=(tr("{key} roof (datasheet)", key=key) if result.peaks
+                                             else tr("{key} roof (measured)", key=key)))
+        ax.axhline(result.step_flops[key] / 1e12, color=style, ls="--", lw=1,
+                   label=tr("training step {key}", key=key))
+    ax.set_title(tr("bf16 vs fp32 on {device}", device=result.device_name))
     ax.legend(fontsize=7)
     return ax

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from .. import i18n
+from ..i18n import text, tr
 from . import rules
 
 COLUMNS = ("step", "change", "step time ms median [min–max]", "samples/s", "tokens/s", "memory MiB",
@@ -280,23 +282,24 @@ def plot_report(report: Report):
     rows = report.rows
     names = [r["name"] for r in rows]
     colors = ["tab:gray" if r.get("decision") == "revert" else "tab:blue" for r in rows]
+    i18n.for_plot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     med = [r["step_time_ms"] for r in rows]
     err = [[r["step_time_ms"] - r["step_time_min_ms"] for r in rows],
            [r["step_time_max_ms"] - r["step_time_ms"] for r in rows]]
     axes[0].bar(names, med, yerr=err, color=colors, capsize=3)
-    axes[0].set_ylabel("step time, ms (median, min–max)")
+    axes[0].set_ylabel(tr("step time, ms (median, min–max)"))
     x = range(len(rows))
     axes[1].bar([i - 0.2 for i in x], [100 * r["mfu"] for r in rows], 0.4, label="MFU")
     axes[1].bar([i + 0.2 for i in x], [100 * r["hfu"] for r in rows], 0.4, label="HFU")
     axes[1].set_xticks(list(x), names)
-    axes[1].set_ylabel("% of the precision's peak")
+    axes[1].set_ylabel(tr("% of the precision's peak"))
     axes[1].legend()
     axes[2].bar(names, [r["memory_mb"] for r in rows], color=colors)
-    kind = "CUDA peak allocated" if rows[0].get("peak_mem_mb") is not None else "saved for backward"
-    axes[2].set_ylabel(f"MiB ({kind})")
+    cuda = rows[0].get("peak_mem_mb") is not None
+    axes[2].set_ylabel(tr("MiB (CUDA peak allocated)") if cuda else tr("MiB (saved for backward)"))
     for ax in axes:
         ax.tick_params(axis="x", rotation=45)
-    fig.suptitle(f"{report.experiment} — grey: reverted")
+    fig.suptitle(tr("{experiment} — grey: reverted", experiment=text(report.experiment)))
     fig.tight_layout()
     return fig

@@ -1,0 +1,127 @@
+"""The language of what the helpers show a learner: check messages and hints, the setup
+report, widget labels, plot titles and axis labels.
+
+English is the source text. A translation is looked up by the exact English text (the way
+gettext does it), so anything without a translation is shown in English. Two tables per
+language:
+
+- messages written in the helpers' own code (``helpers._i18n_zh.MESSAGES``), and
+- strings written in the notebooks' code cells — check labels and hints — translated in the
+  chapter catalogues ``i18n/<lang>/<chapter>.json`` of the course and shipped as package data
+  (``data/strings_<lang>.json``, written by ``trainperf build``).
+
+The language is chosen by ``helpers.setup(lang=...)`` — a notebook passes its ``LANGUAGE``
+parameter, which the Chinese edition sets to ``"zh"`` — else by the environment variable
+``TRAINPERF_LANG``, else English. Only what is *shown* is translated: what a hidden check
+records for grading (its label and the answer) never changes with the language.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from importlib import resources
+from typing import Any
+
+LANGUAGES = ("en", "zh")
+ENV = "TRAINPERF_LANG"
+#: The CJK font shipped in ``data/fonts``: a subset of Noto Sans CJK SC under its own family
+#: name (see data/fonts/README.md), so it never mixes with a full Noto CJK on the system.
+CJK_FONT_FAMILY = "Trainperf Sans SC"
+CJK_FONT_FILE = "TrainperfSansSC-Regular.otf"
+
+_chosen: list[str] = []  # the language set by set_language(); empty: not set
+
+
+def _check(lang: str) -> str:
+    code = str(lang).strip().lower()
+    if code not in LANGUAGES:
+        raise ValueError(f"lang={lang!r}: the course is written in {' and '.join(map(repr, LANGUAGES))}; "
+                         "pick one of them.")
+    return code
+
+
+def language() -> str:
+    """The language shown now: the one set by :func:`set_language`, else ``$TRAINPERF_LANG``,
+    else ``"en"`` (an unknown value in the environment means English)."""
+    if _chosen:
+        return _chosen[0]
+    env = os.environ.get(ENV, "").strip().lower()
+    return env if env in LANGUAGES else "en"
+
+
+def set_language(lang: str | None) -> str:
+    """Show messages, hints, widgets and plots in ``lang`` (``"en"`` or ``"zh"``) from now on;
+    ``None`` keeps the current one. Returns the language in use."""
+    if lang is not None:
+        _chosen[:] = [_check(lang)]
+    if language() != "en":
+        use_fonts()
+    return language()
+
+
+@functools.cache
+def _table(lang: str) -> dict[str, str]:
+    """English -> ``lang`` for every text the helpers show: the code's messages first, then
+    the notebooks' strings (catalogues)."""
+    if lang == "en":
+        return {}
+    table: dict[str, str] = {}
+    try:
+        data = resources.files("helpers") / "data" / f"strings_{lang}.json"
+        table.update(json.loads(data.read_text(encoding="utf-8")).get("strings", {}))
+    except (OSError, ValueError):
+        pass  # no catalogue shipped: the notebooks' strings stay in English
+    if lang == "zh":
+        from ._i18n_zh import MESSAGES
+
+        table.update(MESSAGES)
+    return table
+
+
+def tr(english: str, **fields: Any) -> str:
+    """``english`` in the current language (English when it has no translation), with
+    ``fields`` filled in by ``str.format``. Never raises because of a translation: a broken
+    one falls back to the English text."""
+    lang = language()
+    template = _table(lang).get(english, english) if lang != "en" else english
+    if not fields:
+        return template
+    try:
+        return template.format(**fields)
+    except (KeyError, IndexError, ValueError):
+        return english.format(**fields)
+
+
+def text(value: Any) -> Any:
+    """A string a notebook passed in (a check label, a hint, a plot title) in the current
+    language when the catalogue translates it exactly; anything else unchanged."""
+    if not isinstance(value, str) or not value or language() == "en":
+        return value
+    return _table(language()).get(value, value)
+
+
+def use_fonts() -> None:
+    """Let matplotlib draw CJK text: register the shipped font and add it as the fallback
+    family after the current ones (Latin letters keep their usual font). Cheap when done; does
+    nothing while matplotlib is not installed."""
+    try:
+        import matplotlib
+        from matplotlib import font_manager
+    except ImportError:
+        return
+    families = list(matplotlib.rcParams["font.family"])
+    if CJK_FONT_FAMILY in families:
+        return
+    path = resources.files("helpers") / "data" / "fonts" / CJK_FONT_FILE
+    if CJK_FONT_FAMILY not in {f.name for f in font_manager.fontManager.ttflist}:
+        font_manager.fontManager.addfont(str(path))
+    matplotlib.rcParams["font.family"] = [*families, CJK_FONT_FAMILY]
+
+
+def for_plot() -> None:
+    """Called by every helper that draws: makes sure the font for the current language is set
+    (a learner's ``plt.style.use`` or ``rcdefaults`` may have reset it)."""
+    if language() != "en":
+        use_fonts()
