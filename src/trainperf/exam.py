@@ -1,9 +1,10 @@
 """Build the notebook that is executed for a submission, and score what came back.
 
 Only the learner's ANSWER cells (matched by nbgrader ``grade_id``) and extra code cells the
-learner added are taken from the submission. Everything else — teaching cells, the
-parameters cell and every test cell — comes from ``solutions/``, so a deleted, emptied or
-edited test cell changes nothing but the report.
+learner added are taken from the submission (and its language: a submission of the Chinese
+edition runs with ``LANGUAGE = "zh"``, so its check messages are in Chinese). Everything
+else — teaching cells, the parameters cell and every test cell — comes from ``solutions/``,
+so a deleted, emptied or edited test cell changes nothing but the report.
 
 Each test cell runs its visible checks (feedback for the learner) and then its hidden part
 with every ``expect=`` removed (:func:`trainperf.hidden.strip_expectations`): in the learner's
@@ -24,8 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helpers._records import compare
+from helpers.i18n import LANGUAGES
 
 from .hidden import split_hidden, strip_expectations
+from .i18n import notebook_language, set_language_parameter
 
 _SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 
@@ -149,6 +152,11 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
         cells += [_code(_source(c)) for c in extras_after.get(key, [])]
     notebook = copy.deepcopy(released)
     notebook["cells"] = cells
+    lang = "en" if reference else notebook_language(submission)
+    if lang != "en" and lang in LANGUAGES:
+        # a submission of a translated edition gets its feedback in that language; only what the
+        # visible checks print changes, never what the hidden checks record
+        set_language_parameter(notebook, lang)
     return Exam(notebook, graded, answers, separator, notes)
 
 

@@ -103,7 +103,8 @@ def set_language_parameter(notebook: dict[str, Any], lang: str) -> bool:
 def notebook_language(notebook: dict[str, Any]) -> str:
     """The language a notebook says it is in (``metadata.trainperf.language``), else "en"."""
     meta = notebook.get("metadata") if isinstance(notebook, dict) else None
-    lang = (meta or {}).get("trainperf", {}).get("language") if isinstance(meta, dict) else None
+    ours = meta.get("trainperf") if isinstance(meta, dict) else None
+    lang = ours.get("language") if isinstance(ours, dict) else None
     return lang if isinstance(lang, str) and re.fullmatch(r"[a-z]{2}", lang) else "en"
 
 

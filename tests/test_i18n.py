@@ -1,0 +1,248 @@
+"""The helpers in another language: every message has its translation, checks speak the
+notebook's language but record the same data for grading, and Chinese plots render with the
+shipped font — every character the catalogues use, and no glyph-missing warning."""
+
+from __future__ import annotations
+
+import ast
+import json
+import string
+import warnings
+from pathlib import Path
+
+import matplotlib
+import pytest
+from conftest import ROOT
+
+from helpers import checks, i18n
+from helpers._i18n_zh import MESSAGES
+
+matplotlib.use("Agg")
+HELPERS = ROOT / "src" / "helpers"
+FONT = HELPERS / "data" / "fonts" / i18n.CJK_FONT_FILE
+
+
+@pytest.fixture(autouse=True)
+def english_afterwards(monkeypatch):
+    """Each test starts and ends in English with matplotlib's fonts as they were."""
+    monkeypatch.delenv(i18n.ENV, raising=False)
+    families = list(matplotlib.rcParams["font.family"])
+    i18n._chosen.clear()
+    yield
+    i18n._chosen.clear()
+    matplotlib.rcParams["font.family"] = families
+
+
+def _tr_calls() -> list[tuple[Path, ast.Call]]:
+    calls = []
+    for path in sorted(HELPERS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "tr":
+                calls.append((path, node))
+    return calls
+
+
+def _fields(template: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def test_every_message_of_the_helpers_has_its_chinese_and_no_other():
+    calls = _tr_calls()
+    assert len(calls) > 50  # the scan found the call sites
+    dynamic = [f"{p.relative_to(ROOT)}:{c.lineno}" for p, c in calls
+               if not (c.args and isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str))]
+    assert not dynamic, f"tr() needs the English text as a literal (else no test sees it): {dynamic}"
+    used = {c.args[0].value for _, c in calls}
+    assert sorted(used - set(MESSAGES)) == [], "messages without a Chinese translation"
+    assert sorted(set(MESSAGES) - used) == [], "Chinese messages no code shows any more"
+    for english, chinese in MESSAGES.items():
+        assert _fields(english) == _fields(chinese), f"fields differ: {english!r} -> {chinese!r}"
+        assert chinese.strip() and any("\u4e00" <= ch <= "\u9fff" for ch in chinese + "汉") is True
+
+
+def test_language_choice_fallbacks_and_errors(monkeypatch):
+    assert i18n.language() == "en" and i18n.tr("custom roofs") == "custom roofs"
+    monkeypatch.setenv(i18n.ENV, "zh")
+    assert i18n.language() == "zh" and i18n.tr("custom roofs") == "自定义屋顶"
+    monkeypatch.setenv(i18n.ENV, "klingon")  # an unknown value in the environment means English
+    assert i18n.language() == "en"
+    assert i18n.set_language("ZH ") == "zh"
+    assert i18n.tr("not a message {x}", x=1) == "not a message 1"  # no translation: English
+    assert i18n.text("a label nobody translated") == "a label nobody translated"
+    assert i18n.text(None) is None and i18n.text(3) == 3
+    monkeypatch.setattr(i18n, "_table", lambda lang: {"peak {mib:,.0f} MiB": "峰值 {oops} MiB"})
+    assert i18n.tr("peak {mib:,.0f} MiB", mib=2048) == "peak 2,048 MiB"  # a broken translation
+    with pytest.raises(ValueError, match="'en' and 'zh'"):
+        i18n.set_language("fr")
+    assert i18n.set_language(None) == "zh"  # None keeps the language
+
+
+def test_setup_reports_in_the_chosen_language(capsys):
+    import helpers
+
+    helpers.setup("cpu", lang="zh", seed=0)
+    out = capsys.readouterr().out
+    assert "设备：cpu" in out and "在 CPU 上运行" in out
+    helpers.setup("cpu", lang="en")
+    assert "device: cpu" in capsys.readouterr().out
+
+
+def test_checks_speak_chinese_with_the_catalogue_strings(monkeypatch, capsys):
+    table = {**MESSAGES, "intensity of the GEMM": "该 GEMM 的算术强度", "F = 2MKN": "F = 2MKN（乘加算两次）"}
+    monkeypatch.setattr(i18n, "_table", lambda lang: table)
+    i18n.set_language("zh")
+    checks.close(1.0, 1.0, "intensity of the GEMM")
+    assert capsys.readouterr().out.strip() == "✓ 该 GEMM 的算术强度"
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.close(0.5, 1.0, "intensity of the GEMM", rtol=0.01, hint="F = 2MKN")
+    assert str(info.value) == ("✗ 该 GEMM 的算术强度：期望 1（误差 1% 以内），实际得到 0.5。\n"
+                               "  提示：F = 2MKN（乘加算两次）")
+    with pytest.raises(checks.CheckFailed, match="你的函数 `return` 了结果吗"):
+        checks.equal(None, 3, "count")
+    with pytest.raises(checks.CheckFailed, match="以下之一"):
+        checks.one_of("x", ["a", "b"], "label")
+    from helpers import roofline
+
+    with checks.blocked(roofline, "gemm_flops"), pytest.raises(RuntimeError, match="评分期间调用"):
+        roofline.gemm_flops(1, 2, 3)
+
+
+def test_hidden_checks_record_the_same_data_in_every_language(monkeypatch):
+    """Grading compares the learner's records with the reference run's (English): the label
+    and the value must not change with the language, only the message shown."""
+    from helpers import _records
+
+    records = []
+    monkeypatch.setenv(_records.RECORD_ENV, "1")
+    monkeypatch.setattr(_records, "emit", records.append)
+    monkeypatch.setattr(i18n, "_table", lambda lang: {**MESSAGES, "intensity for M = 64": "M = 64 时的强度"})
+    for lang in ("en", "zh"):
+        i18n.set_language(lang)
+        checks.hidden.close(2.5, "intensity for M = 64", expect=None, hint="F = 2MKN")
+        checks.hidden.one_of("memory", "limiter", expect=None)
+    assert records[:2] == records[2:] and records[0]["what"] == "intensity for M = 64"
+
+
+# --------------------------------------------------------------------------- the CJK font
+
+def _cmap(path: Path) -> set[int]:
+    from fontTools.ttLib import TTFont
+
+    return set(TTFont(str(path), lazy=True).getBestCmap())
+
+
+def test_the_shipped_font_covers_every_character_of_the_catalogues():
+    """Every character a Chinese notebook's code may draw is in the shipped subset or in
+    matplotlib's own DejaVu Sans (the family drawn first)."""
+    from matplotlib import font_manager
+
+    covered = _cmap(FONT) | _cmap(Path(font_manager.findfont("DejaVu Sans")))
+    texts = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "i18n").glob("*/*.json"))]
+    texts += [p.read_text(encoding="utf-8") for p in sorted((HELPERS / "data").glob("strings_*.json"))]
+    texts += list(MESSAGES.values())
+    used = {ch for text in texts for ch in text if ch.isprintable()}
+    missing = sorted(ch for ch in used if ord(ch) not in covered)
+    assert not missing, (f"characters missing from {FONT.name}: {''.join(missing)!r}; rebuild it with "
+                         "`python scripts/build_cjk_font.py` (needs Debian's fonts-noto-cjk)")
+    licence = (FONT.parent / "OFL.txt").read_text(encoding="utf-8")
+    assert "SIL OPEN FONT LICENSE Version 1.1" in licence
+
+
+def _draw_every_helper_plot() -> list:
+    """Each helper that draws, once, with its Chinese labels; returns the figures."""
+    import matplotlib.pyplot as plt
+    import torch
+
+    from helpers import memory, nsys, precision, report, roofline, timeline
+
+    figs = []
+
+    def new():
+        fig, ax = plt.subplots()
+        figs.append(fig)
+        return ax
+
+    roofline.plot_roofline(1e12, 1e11, [(4.0, 3e11, "M=64")], ax=new())
+    memory.plot_estimates({"重计算\nnone": {"parameters": 2e9, "activations": 1e9}}, 4e9,
+                          capacity_label="H100: 80 GB", ax=new(), title="显存")
+    memory.plot_timeline([(0.0, 2**20), (1.0, 3 * 2**20)], ax=new(), peak=3 * 2**20)
+    db = nsys.read_sqlite(nsys.example_path("compute", "sqlite"))
+    nsys.plot_step(db, ax=new())
+    steps = [precision.ScalingStep(i, 1.0 + i, 1.0, i == 2) for i in range(4)]
+    precision.plot_delayed_scaling({"逐张量": steps}, 448.0, ax=new())
+    precision.plot_block_errors({"MX": torch.rand(8) + 0.01}, ax=new())
+    precision.plot_losses({"fp32": [2.0, 1.5, 1.2], "bf16": [2.0, 1.6, 1.2]}, ax=new())
+    speedups = precision.Speedups("cpu", "CPU", 256, {"fp32": 1e11, "bf16": 2e11}, {"fp32": 0.2, "bf16": 0.1},
+                                  {"fp32": 1e10, "bf16": 2e10}, {}, 1e10, "tiny")
+    precision.plot_speedups(speedups, ax=new())
+    timeline.plot_pipeline(timeline.simulate_pipeline(4, 8), ax=new())
+    traces = [timeline.load_trace(p) for p in timeline.example_traces("ddp_balanced")]
+    timeline.plot_timeline(traces, ax=new())
+    figs.append(report.plot_report(report.recorded_report("cpu-quick")))
+    figs.append(roofline.RooflineExplorer().figure())
+    figs.append(memory.MemoryExplorer().figure())
+    return figs
+
+
+def _glyph_warnings(lang: str) -> tuple[list[str], list]:
+    import matplotlib.pyplot as plt
+
+    i18n.set_language(lang)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figs = _draw_every_helper_plot()
+        texts = []
+        for fig in figs:
+            fig.canvas.draw()
+            texts += [t.get_text() for t in fig.findobj(matplotlib.text.Text)]
+            plt.close(fig)
+    return [str(w.message) for w in caught if "missing from font" in str(w.message)], texts
+
+
+def test_chinese_plots_have_no_missing_glyph():
+    missing, texts = _glyph_warnings("zh")
+    assert any("屋顶线" in t for t in texts) and any("算术强度" in t for t in texts), "not in Chinese"
+    assert not missing, missing[:5]
+    from matplotlib import font_manager
+
+    shipped = font_manager.findfont(font_manager.FontProperties(family=i18n.CJK_FONT_FAMILY),
+                                    fallback_to_default=False)
+    assert Path(shipped).resolve() == FONT.resolve()  # the shipped file, not a system font
+
+
+def test_without_the_font_chinese_text_warns():
+    """The warning the test above looks for is real: Chinese text in the default fonts raises it."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.set_title("屋顶线模型")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig.canvas.draw()
+    plt.close(fig)
+    assert any("missing from font" in str(w.message) for w in caught)
+
+
+def test_widgets_label_their_controls_in_chinese():
+    from helpers import memory, roofline
+
+    i18n.set_language("zh")
+    explorer = roofline.RooflineExplorer()
+    assert explorer.preset.description == "设备" and explorer.peak.description == "峰值 TF/s"
+    assert explorer.title.value.startswith("<b>H100 SXM · bf16</b>：峰值 989.5 TFLOP/s")
+    assert "计算受限" in explorer.row.value or "访存受限" in explorer.row.value
+    mem = memory.MemoryExplorer()
+    assert mem.optimizer.description == "优化器" and "每个 GPU" in mem.row.value
+    assert "放得下" in mem.row.value or "放不下" in mem.row.value
+
+
+def test_strings_file_is_what_the_catalogues_say():
+    from trainperf import i18n as catalogues
+
+    lang = "zh"
+    loaded = {c: catalogues.load(catalogues.catalogue_path(ROOT, lang, c))
+              for c in sorted(p.stem for p in (ROOT / "i18n" / lang).glob("*.json"))}
+    merged, clashes = catalogues.merged_strings(loaded)
+    assert not clashes
+    shipped = json.loads(catalogues.strings_path(ROOT, lang).read_text(encoding="utf-8"))
+    assert shipped["strings"] == merged
