@@ -1,8 +1,10 @@
-"""Every solution notebook runs headless (papermill, quick CPU), passes nbval, and keeps
-the course's notebook conventions."""
+"""Every solution notebook runs headless (papermill, quick CPU); its Chinese edition runs
+headless too and gives the same checked outputs (nbval); every notebook keeps the course's
+conventions."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ import nbformat
 import pytest
 from conftest import CHAPTERS, ROOT
 
+from trainperf import i18n
 from trainperf.course import chapter_notebook
 from trainperf.hidden import lint_hidden, split_hidden
 
@@ -44,14 +47,23 @@ def test_papermill_executes_quick_on_cpu(chapter, executed_dir):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_nbval_lax_on_executed_notebook(chapter, executed_dir, tmp_path):
+def test_nbval_lax_on_the_chinese_edition(chapter, executed_dir, tmp_path):
+    """nbval executes the Chinese edition of the solution (translated markdown, ``LANGUAGE =
+    "zh"``: checks, plots and widgets in Chinese) headless, against the outputs of the English
+    papermill run: no cell may fail — every graded check passes — and every output tagged
+    nbval-check-output must be the English edition's, so the numbers are the same in both
+    languages and reproducible from one run to the next. One execution serves both."""
     executed = _executed(chapter, executed_dir)
-    nb = nbformat.read(executed, as_version=4)
-    checked = [c for c in nb.cells if "nbval-check-output" in c.metadata.get("tags", [])]
+    nb = json.loads(executed.read_text(encoding="utf-8"))
+    checked = [c for c in nb["cells"] if "nbval-check-output" in c["metadata"].get("tags", [])]
     assert checked, "mark deterministic outputs with the nbval-check-output tag"
+    zh = i18n.translate(nb, i18n.catalogue_or_empty(ROOT, "zh", chapter))
+    assert i18n.set_language_parameter(zh, "zh"), "the parameters cell has no LANGUAGE line"
+    target = tmp_path / f"{chapter}.zh.ipynb"
+    target.write_text(json.dumps(zh, ensure_ascii=False), encoding="utf-8")
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env",
-         "-p", "no:cacheprovider", str(executed)],
+         "-p", "no:cacheprovider", str(target)],
         cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:]
 
@@ -64,8 +76,9 @@ def test_notebook_conventions(chapter):
     params = code[0]
     assert "parameters" in params.metadata.get("tags", [])
     assert 'DEVICE = "auto"' in params.source and "QUICK = True" in params.source
+    assert i18n.LANGUAGE_LINE.search(params.source).group() == 'LANGUAGE = "en"'
     setup = code[1].source
-    assert "TRAINPERF_SPEC" in setup and "helpers.setup(DEVICE)" in setup
+    assert "TRAINPERF_SPEC" in setup and "helpers.setup(DEVICE, lang=LANGUAGE)" in setup
     cells = nb.cells
     for i, cell in enumerate(cells):
         meta = cell.metadata.get("nbgrader", {})
@@ -84,6 +97,26 @@ def test_notebook_conventions(chapter):
             assert len(lines) <= MAX_TEACHING_CELL_LINES, \
                 f"a {len(lines)}-line teaching cell belongs in src/helpers:\n{cell.source[:200]}"
     assert sum(1 for c in cells if c.metadata.get("nbgrader", {}).get("grade")) >= 4
+
+
+def _install_block(chapter: str) -> str:
+    """The setup cell up to ``import helpers``: the part that installs the helpers."""
+    nb = nbformat.read(chapter_notebook(ROOT, chapter), as_version=4)
+    setup = [c for c in nb.cells if c.cell_type == "code"][1].source
+    return setup[:setup.index("\nimport helpers\n")]
+
+
+def test_setup_cell_installs_the_same_way_in_every_chapter():
+    """One install path, written nine times: from $TRAINPERF_SPEC, else the clone editable,
+    else the index name; pip's output streamed (no -q), so a learner sees it progress."""
+    blocks = {chapter: _install_block(chapter) for chapter in CHAPTERS}
+    first = blocks[CHAPTERS[0]]
+    assert all(block == first for block in blocks.values()), \
+        [c for c, b in blocks.items() if b != first]
+    assert 'os.environ.get("TRAINPERF_SPEC")' in first
+    assert '["-e", str(repo)]' in first and '["trainperf-course"]' in first
+    assert '"-q"' not in first and "git+" not in first
+    assert "for line in pip.stdout" in first and "flush=True" in first
 
 
 def _names(tree) -> tuple[set[str], set[str]]:
