@@ -145,7 +145,7 @@ def copy_project(dest: Path) -> Path:
     not write build/ or *.egg-info into it."""
     dest.mkdir(parents=True, exist_ok=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):  # the build reads all three
         shutil.copy2(ROOT / name, dest / name)
     for name in ("src", "binder"):
         shutil.copytree(ROOT / name, dest / name, ignore=ignore)
