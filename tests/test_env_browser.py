@@ -9,8 +9,9 @@ the cells below), checks that each widget rendered live (not the static fallback
 moves every slider and changes every dropdown, and checks that the view redraws. For the
 roofline explorer it checks specifically that the plot and the cost-model row change with M
 and with the device preset, and that after a preset change the title names the preset and the
-row holds the preset's exact datasheet figures. Screenshots are saved (the path is printed); a
-JavaScript error in the console fails the test.
+row holds the preset's exact datasheet figures. One Chinese notebook (``notebooks/zh/``) runs the
+same way, and its widget must speak Chinese. Screenshots are saved (the path is printed); a
+JavaScript error in the console, or a plot warning of a missing glyph, fails the test.
 
 Skips, with the reason, only where no Chromium or no Playwright can be had: ``.ci/run`` installs
 Debian's ``chromium``; ``playwright`` is in the ``course`` extra (its bundled browsers are never
@@ -74,10 +75,12 @@ def student_notebooks() -> list[Path]:
 
 
 def widget_chapters() -> list[tuple[str, list[str]]]:
-    """(notebook path relative to notebooks/, widget names it calls) for each chapter with widgets."""
+    """(notebook path relative to notebooks/, widget names it calls) for each chapter with
+    widgets, and the Chinese edition of the first of them."""
     builders = widget_builders()
     found = []
-    for nb in student_notebooks():
+    chinese = sorted((ROOT / "notebooks" / "zh").glob("*/*.ipynb"))
+    for nb in student_notebooks() + chinese[:1]:
         cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
         code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
         used = sorted(name for name in builders if f"{name}(" in code)
@@ -198,6 +201,8 @@ JS_CELLS = """() => {
               source: cell.sharedModel.getSource(),
               nbgrader: (cell.getMetadata && cell.getMetadata('nbgrader')) || null,
               errors: outputs.filter(o => o.output_type === 'error').map(o => o.ename + ': ' + o.evalue),
+              stderr: outputs.filter(o => o.output_type === 'stream' && o.name === 'stderr')
+                             .map(o => o.text).join(''),
               widget: outputs.some(o => o.data && o.data['application/vnd.jupyter.widget-view+json'])});
   }
   return {cells: out, busy: panel.sessionContext.session?.kernel?.status !== 'idle',
@@ -348,48 +353,65 @@ def poke_every_control(view, label: str) -> list[str]:
     return done
 
 
-def check_roofline_explorer(view, page, shots: Path) -> None:
+# What the roofline explorer shows, per language (written out here, not taken from the
+# helpers' catalogue, so the test checks the catalogue).
+ROOFLINE_WORDS = {
+    "en": {"colon": ":", "peak": "peak", "custom": "custom roofs", "device": "device",
+           "start": "H100 SXM · bf16: peak 989.5 TFLOP/s",
+           "title": "{name}: peak {peak:g} TFLOP/s, bandwidth {bw:g} GB/s, {b:g} bytes per element",
+           "ideal": "ideal ≥ {ms:.4f} ms", "compute": "compute-bound", "memory": "memory-bound"},
+    "zh": {"colon": "：", "peak": "峰值", "custom": "自定义屋顶", "device": "设备",
+           "start": "H100 SXM · bf16：峰值 989.5 TFLOP/s",
+           "title": "{name}：峰值 {peak:g} TFLOP/s，带宽 {bw:g} GB/s，每个元素 {b:g} 字节",
+           "ideal": "理想时间 ≥ {ms:.4f} ms", "compute": "计算受限", "memory": "访存受限"},
+}
+
+
+def check_roofline_explorer(view, page, shots: Path, lang: str = "en") -> None:
     """The M slider and the device preset change the operating point and the cost-model row;
     after a preset change the title names the preset and the row holds its EXACT figures
-    (the log sliders can only show them rounded to their step)."""
+    (the log sliders can only show them rounded to their step) — in the notebook's language."""
     from helpers import roofline
 
+    words = ROOFLINE_WORDS[lang]
     title = view.locator(".widget-html-content").nth(0)
     row = view.locator(".widget-html-content").nth(1)
     m_slider = view.locator(".widget-slider", has=page.locator(".widget-label", has_text="M")).first
     first_row, first_plot = _snapshot(view)
-    assert "M=64" in row.inner_text() and "-bound" in row.inner_text(), row.inner_text()
-    assert title.inner_text().replace("\xa0", " ").startswith("H100 SXM · bf16: peak 989.5 TFLOP/s"), \
-        title.inner_text()
+    assert f"M=64{words['colon']}" in row.inner_text(), row.inner_text()
+    assert words["compute"] in row.inner_text() or words["memory"] in row.inner_text(), row.inner_text()
+    assert title.inner_text().replace("\xa0", " ").startswith(words["start"]), title.inner_text()
+    assert view.locator(".widget-dropdown .widget-label").first.inner_text().strip() == words["device"]
     assert first_plot and first_plot[0].startswith("data:image/png"), "no plot image in the widget"
 
     _drag_slider(view, m_slider, 0.9)
     new_m = _readout(m_slider)
     assert new_m != "64", "the M slider did not move"
-    after_m = _wait_change(view, (first_row, first_plot), "roofline M slider", expect=f"M={new_m}:")
-    page.screenshot(path=str(shots / "roofline_after_M.png"), full_page=False)
+    after_m = _wait_change(view, (first_row, first_plot), "roofline M slider",
+                           expect=f"M={new_m}{words['colon']}")
+    page.screenshot(path=str(shots / f"roofline_{lang}_after_M.png"), full_page=False)
 
     select = view.locator(".widget-dropdown select").first
-    peak = view.locator(".widget-slider", has=page.locator(".widget-label", has_text="peak")).first
+    peak = view.locator(".widget-slider", has=page.locator(".widget-label", has_text=words["peak"])).first
     old_preset, old_peak = select.input_value(), _readout(peak)
     target = next(o for o in select.locator("option").all_inner_texts() if o != old_preset
                   and not o.startswith(old_preset.split(" · ")[0]))
     select.select_option(label=target)
     # the operating point keeps M and moves onto the new roofs
-    _wait_change(view, after_m, f"roofline preset -> {target}", expect=f"M={new_m}:")
+    _wait_change(view, after_m, f"roofline preset -> {target}", expect=f"M={new_m}{words['colon']}")
     assert _readout(peak) != old_peak, "changing the preset did not move the peak slider"
     page.wait_for_timeout(1000)  # let any value the front end sends back arrive
     target = target.replace("\xa0", " ")  # the browser shows " · " with no-break spaces
     want_peak, want_bw, want_b = roofline.presets()[target]
     want = roofline.cost_row(int(new_m), 4096, 4096, want_b, want_peak, want_bw)
     shown_title, shown_row = (x.inner_text().replace("\xa0", " ") for x in (title, row))
-    assert shown_title == (f"{target}: peak {want_peak / 1e12:g} TFLOP/s, bandwidth {want_bw / 1e9:g} GB/s, "
-                           f"{want_b:g} bytes per element"), shown_title
-    assert "custom roofs" not in shown_title
-    for figure in (f"I = {want.intensity:.1f} FLOP/B", f"ideal ≥ {want.ideal_time * 1e3:.4f} ms",
-                   f"{want.limiter}-bound", f"≤ {want.attainable / 1e12:.1f} TFLOP/s"):
+    assert shown_title == words["title"].format(name=target, peak=want_peak / 1e12, bw=want_bw / 1e9,
+                                                b=want_b), shown_title
+    assert words["custom"] not in shown_title
+    for figure in (f"I = {want.intensity:.1f} FLOP/B", words["ideal"].format(ms=want.ideal_time * 1e3),
+                   words[want.limiter], f"≤ {want.attainable / 1e12:.1f} TFLOP/s"):
         assert figure in shown_row, f"{figure!r} not in the row after choosing {target}: {shown_row}"
-    page.screenshot(path=str(shots / "roofline_after_preset.png"), full_page=False)
+    page.screenshot(path=str(shots / f"roofline_{lang}_after_preset.png"), full_page=False)
 
 
 SPECIFIC = {"RooflineExplorer": check_roofline_explorer}
@@ -403,10 +425,15 @@ def test_widgets_respond_in_jupyterlab(notebook, widgets, lab, browser, shots, c
     page.on("console", lambda m: problems.append(f"console.{m.type}: {m.text}")
             if m.type == "error" and not any(n in m.text for n in KNOWN_CONSOLE_NOISE) else None)
     page.on("pageerror", lambda e: problems.append(f"uncaught: {e}"))
-    stem = Path(notebook).stem
+    lang = "zh" if notebook.startswith("zh/") else "en"
+    stem = Path(notebook).stem + ("_zh" if lang == "zh" else "")
     try:
-        page.goto(f"{lab['url']}/lab/tree/{notebook}?token={lab['token']}")
-        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+        # A workspace of its own: JupyterLab would otherwise reopen the notebook of the test
+        # before, and the menu commands could reach that one instead of this one.
+        workspace = "w-" + "".join(ch if ch.isalnum() else "-" for ch in notebook)
+        page.goto(f"{lab['url']}/lab/workspaces/{workspace}/tree/{notebook}?reset&token={lab['token']}")
+        page.wait_for_function(f"() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                               f" && window.jupyterapp.shell.currentWidget.context?.path === {notebook!r}"
                                " && window.jupyterapp.shell.currentWidget.sessionContext?.session"
                                "?.kernel?.status === 'idle'", timeout=90_000)
         state = run_all_like_a_learner(page, NOTEBOOK_TIMEOUT_S)
@@ -423,10 +450,13 @@ def test_widgets_respond_in_jupyterlab(notebook, widgets, lab, browser, shots, c
             text = cell.locator(".jp-Cell-outputArea").first.inner_text()
             assert "Error displaying widget" not in text and "Loading widget" not in text, text
             if name in SPECIFIC:
-                SPECIFIC[name](view, page, shots)
+                SPECIFIC[name](view, page, shots, lang)
             changed = poke_every_control(view, f"{stem}/{name}")
             assert changed, f"{name} has no slider or dropdown to move"
             view.screenshot(path=str(shots / f"{stem}_{name}.png"))
+        glyphs = [i for i, c in enumerate(_state(page)["cells"])
+                  if "missing from font" in c.get("stderr", "")]
+        assert not glyphs, f"{notebook}: cells whose plots miss a glyph: {glyphs}"
     finally:
         page.screenshot(path=str(shots / f"{stem}_final.png"), full_page=False)
         with capsys.disabled():

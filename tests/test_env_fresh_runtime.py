@@ -7,6 +7,9 @@ wheel built from this checkout, so the setup cell must install the package from 
 teaching cell must run without error; exercise cells (the nbgrader answer and test cells) may
 only raise the stub's NotImplementedError.
 
+Learner path 3 (ModelScope, a clone): a Chinese notebook inside a copy of the checkout, no
+``TRAINPERF_SPEC``: the setup cell installs the clone editable and shows pip's progress.
+
 Python 3.11 (this machine's) always; Python 3.12 (Colab's) where an interpreter and a torch
 wheel for it are on this machine's disk, or where TRAINPERF_FRESH_DOWNLOAD=1 allows pip to
 fetch one (PyPI has only the multi-GB CUDA build); otherwise it is skipped with the reason.
@@ -128,3 +131,57 @@ def test_student_notebook_runs_alone_in_a_fresh_runtime(notebook, fresh_runtime,
     assert not teaching_failures, f"teaching cells failed in the fresh runtime: {teaching_failures}"
     assert not unexpected, f"exercise cells failed with something other than the stub: {unexpected}"
     assert stubbed, "no exercise raised the stub's NotImplementedError: is this the student notebook?"
+
+
+def test_chinese_notebook_in_a_clone_installs_the_clone_editable(fresh_runtime, tmp_path, monkeypatch):
+    """Learner path 3 (ModelScope): a clone of the course, a kernel without the helpers and
+    no TRAINPERF_SPEC. The setup cell of a Chinese notebook must install the clone editable
+    (so `git pull` updates the helpers), show pip's progress, and the notebook then runs in
+    Chinese: teaching cells without error, plots without a missing glyph."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    if fresh_runtime["version"] != "3.11":
+        pytest.skip("one Python version proves the clone path")
+    vpython = fresh_runtime["python"]
+    run([vpython, "-m", "pip", "uninstall", "-y", "-q", "trainperf-course"])
+    clone = envkit.copy_project(tmp_path / "clone")
+    chapter = "01_roofline"
+    folder = clone / "notebooks" / "zh" / chapter
+    shutil.copytree(ROOT / "notebooks" / "zh" / chapter, folder)
+    notebook = folder / f"{chapter}.ipynb"
+    monkeypatch.delenv("TRAINPERF_SPEC", raising=False)
+    monkeypatch.setenv("JUPYTER_PATH", str(fresh_runtime["jupyter_path"]))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    out = tmp_path / "executed.ipynb"
+    try:
+        papermill.execute_notebook(str(notebook), str(out), kernel_name=fresh_runtime["kernel"],
+                                   cwd=str(folder), progress_bar=False, execution_timeout=CELL_TIMEOUT_S,
+                                   allow_errors=True)
+    except PapermillExecutionError:
+        pass
+    nb = nbformat.read(out, as_version=4)
+
+    dist = next(envkit.site_packages(vpython).glob("trainperf_course-*.dist-info"), None)
+    assert dist is not None, "the setup cell did not install the clone"
+    direct = json.loads((dist / "direct_url.json").read_text())
+    assert direct["url"] == clone.resolve().as_uri() and direct["dir_info"].get("editable") is True, direct
+    setup = [c for c in nb.cells if c.cell_type == "code"][1]
+    setup_out = "".join(o.get("text", "") for o in setup.outputs)
+    assert f"pip install -e {clone.resolve()}" in setup_out, setup_out[:500]
+    assert "Successfully installed" in setup_out and "设备：cpu" in setup_out, setup_out[-1500:]
+
+    failures, glyphs = [], []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        text = "".join(o.get("text", "") for o in cell.outputs)
+        glyphs += [index] if "missing from font" in text else []
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        if not _is_exercise(cell):
+            failures += [(index, f"{e.ename}: {e.evalue}") for e in errors]
+        else:
+            failures += [(index, e.ename) for e in errors if e.ename != "NotImplementedError"]
+    assert not failures, failures
+    assert not glyphs, f"cells that warned of a missing glyph: {glyphs}"
