@@ -24,3 +24,21 @@ def root() -> Path:
 def executed_dir(tmp_path_factory) -> Path:
     """Folder where solution notebooks are executed (once per session) by papermill."""
     return tmp_path_factory.mktemp("executed")
+
+
+# Tests that share an expensive module- or session-scoped fixture (a graded batch, a fresh
+# virtual environment, a JupyterLab server) run on one pytest-xdist worker; a chapter's
+# notebook tests share its papermill run. Everything else spreads over the workers.
+_FILE_GROUPS = {"test_grading_hostile.py", "test_class_grading.py", "test_env_binder.py",
+                "test_env_browser.py", "test_env_fresh_runtime.py", "test_report.py",
+                "test_timeline_scale.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.path.name
+        chapter = getattr(item, "callspec", None) and item.callspec.params.get("chapter")
+        if name in _FILE_GROUPS:
+            item.add_marker(pytest.mark.xdist_group(name))
+        elif name == "test_notebooks.py" and chapter:
+            item.add_marker(pytest.mark.xdist_group(f"notebook-{chapter}"))

@@ -261,7 +261,7 @@ def run_all_like_a_learner(page, timeout_s: float) -> dict:
     _menu(page, "Run", "Run All Cells")
     deadline = time.monotonic() + timeout_s
     page.wait_for_function("() => window.jupyterapp.shell.currentWidget.content.model.cells"
-                           ".get(1).executionCount !== null", timeout=60_000)
+                           ".get(1).executionCount !== null", timeout=timeout_s * 1000)
     while True:
         cells = _wait_idle(page, deadline - time.monotonic())["cells"]
         pending = [i for i, c in enumerate(cells) if c["type"] == "code" and c["count"] is None]

@@ -1,7 +1,7 @@
 """Friendly checks for exercise cells.
 
-**Visible checks** (:func:`close`, :func:`equal`, :func:`one_of`, :func:`at_most`) compare on the spot: each
-prints one line starting with a tick when the answer is right, and raises
+**Visible checks** (:func:`close`, :func:`equal`, :func:`one_of`, :func:`at_most`) compare on the
+spot: each prints one line starting with a tick when the answer is right, and raises
 :class:`CheckFailed` (an ``AssertionError``, so nbgrader scores the cell 0) with one or two
 lines saying what was expected, what was got, and a hint when it is wrong.
 
@@ -184,13 +184,35 @@ def _blocked_function(qualified_name: str) -> types.FunctionType:
     return namespace["blocked"]
 
 
+_SKIP_OPS = {"CACHE", "NOP", "RESUME", "PRECALL", "EXTENDED_ARG", "COPY_FREE_VARS", "MAKE_CELL"}
+
+
 def fingerprint(code: types.CodeType) -> tuple:
     """What a function's code computes, without where it was compiled (file, line, names of
-    locals): a copy made by ``exec(inspect.getsource(f))``, by re-executing the module under
-    another file name or by renaming its variables has the same fingerprint."""
-    consts = tuple(fingerprint(c) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c))
-                   for c in code.co_consts)
-    return (code.co_code, consts, code.co_names, code.co_argcount, code.co_kwonlyargcount)
+    its locals, whether its module imported ``math`` in the same file): a copy made by
+    ``exec(inspect.getsource(f))``, by re-executing the module under another file name or by
+    renaming its variables has the same fingerprint. Instructions are compared by name and
+    by their global / attribute / constant argument; jump offsets and local names are not."""
+    import dis
+
+    ops = []
+    for ins in dis.get_instructions(code):
+        if ins.opname in _SKIP_OPS:
+            continue
+        name = {"LOAD_METHOD": "LOAD_ATTR"}.get(ins.opname, ins.opname)
+        if ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs or ins.opcode in dis.haslocal:
+            ops.append(name)
+        elif isinstance(ins.argval, types.CodeType):
+            ops.append((name, fingerprint(ins.argval)))
+        else:
+            ops.append((name, type(ins.argval).__name__, repr(ins.argval)))
+    return (tuple(ops), code.co_argcount, code.co_kwonlyargcount)
+
+
+def _from_a_notebook_cell(code: types.CodeType) -> bool:
+    """Code the learner typed into a cell: never taken for a helper, even if it compiles the
+    same (a correct one-line answer can look exactly like a one-line helper)."""
+    return "/ipykernel_" in code.co_filename or code.co_filename.startswith("<ipython-input-")
 
 
 def _copies_of(targets: list[types.FunctionType]) -> list[list[types.FunctionType]]:
@@ -200,16 +222,16 @@ def _copies_of(targets: list[types.FunctionType]) -> list[list[types.FunctionTyp
     A module imported twice (the grader re-imports the helpers before each test cell), a
     function rebuilt from the helper's code object, a module re-executed under another file
     name or ``exec(inspect.getsource(...))`` would otherwise escape the block. One pass over
-    the heap for all targets; the raw bytecode filters before the full fingerprint.
+    the heap for all targets; the names a function uses filter before the full fingerprint.
     """
     import gc
 
     by_place = {(f.__code__.co_filename, f.__code__.co_firstlineno, f.__code__.co_name): i
                 for i, f in enumerate(targets)}
-    by_bytes: dict[bytes, list[int]] = {}
+    by_shape: dict[tuple, list[int]] = {}
     for i, f in enumerate(targets):
-        by_bytes.setdefault(f.__code__.co_code, []).append(i)
-    prints = [fingerprint(f.__code__) for f in targets]
+        by_shape.setdefault((f.__code__.co_names, f.__code__.co_argcount), []).append(i)
+    prints: dict[int, tuple] = {}
     found: list[list[types.FunctionType]] = [[f] for f in targets]
     for obj in gc.get_objects():
         if type(obj) is not types.FunctionType or any(obj is f for f in targets):
@@ -219,8 +241,14 @@ def _copies_of(targets: list[types.FunctionType]) -> list[list[types.FunctionTyp
         if place is not None:
             found[place].append(obj)
             continue
-        for i in by_bytes.get(code.co_code, ()):
-            if fingerprint(code) == prints[i]:
+        candidates = by_shape.get((code.co_names, code.co_argcount), ())
+        if not candidates or _from_a_notebook_cell(code):
+            continue
+        mine = fingerprint(code)
+        for i in candidates:
+            if i not in prints:
+                prints[i] = fingerprint(targets[i].__code__)
+            if mine == prints[i]:
                 found[i].append(obj)
                 break
     return found

@@ -20,7 +20,9 @@ from pathlib import Path
 
 from helpers.checks import fingerprint
 
-_MIN_CODE_BYTES = 24  # shorter functions (one-line getters) are too plain to call copies
+# A function shorter than this (in instructions) can be written the same way by anyone who
+# follows the exercise text, so being identical to a helper proves nothing.
+_MIN_INSTRUCTIONS = 60
 _BACK_DOORS = {
     "reload": "importlib.reload", "__code__": "a function's __code__",
     "FunctionType": "types.FunctionType",
@@ -73,8 +75,9 @@ def helper_fingerprints(package_dir: str) -> dict[tuple, str]:
         except (SyntaxError, UnicodeDecodeError):
             continue
         for name, function in _functions(code, module):
-            if len(function.co_code) >= _MIN_CODE_BYTES:
-                table.setdefault(fingerprint(function), name)
+            print_ = fingerprint(function)
+            if len(print_[0]) >= _MIN_INSTRUCTIONS:
+                table.setdefault(print_, name)
     return table
 
 
@@ -102,7 +105,7 @@ def flags(answers: dict[str, str], package_dir: str) -> list[str]:
         except (SyntaxError, ValueError):
             continue
         copied = sorted({table[fingerprint(f)] for _, f in _functions(code, "answer")
-                         if len(f.co_code) >= _MIN_CODE_BYTES and fingerprint(f) in table})
+                         if fingerprint(f) in table})
         if copied:
             notes.append(f"answer {gid} copies {', '.join(copied)} — review")
         doors = _back_doors(tree)

@@ -204,7 +204,7 @@ def grade(root: Path, submissions: Path, out: Path, wanted: list[str] | None = N
     with tempfile.TemporaryDirectory(prefix="trainperf-grade-") as tmp:
         scratch = workdir or Path(tmp)
         scratch.mkdir(parents=True, exist_ok=True)
-        course = prepare(root, chapter_ids, limits, scratch, require_isolation, fresh)
+        course = prepare(root, chapter_ids, limits, scratch, require_isolation)
         rows = {s: StudentRow(s, notes=found.notes[s]) for s in found.notebooks}
         todo, resumed = [], 0
         for student, by_chapter in found.notebooks.items():

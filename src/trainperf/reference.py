@@ -38,6 +38,16 @@ def cache_dir() -> Path:
     return Path(base)
 
 
+def _write_atomically(path: Path, text: str) -> None:
+    """Another grading run may be writing the same cache entry: never leave half a file."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
+        fh.write(text)
+    os.replace(fh.name, path)
+
+
 def tree_hash(folder: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
@@ -83,8 +93,7 @@ def make_templates(root: Path, chapter_ids: list[str], scratch: Path, helpers_ha
             with Gradebook(f"sqlite:///{template / 'gradebook.db'}") as gb:
                 max_score = float(gb.find_assignment(chapter).max_score)
             out[chapter] = ChapterTemplate(chapter, solution, released, max_score, source_hash)
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            cached.write_text(json.dumps({"released": released, "max_score": max_score}))
+            _write_atomically(cached, json.dumps({"released": released, "max_score": max_score}))
     return {chapter: out[chapter] for chapter in chapter_ids}
 
 
@@ -123,6 +132,5 @@ def reference_records(template: ChapterTemplate, run_exam, fresh: bool = False
             pass
     exam = build_exam(template.solution, template.released)
     reference = _validate(template, exam, run_exam(exam.notebook))
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps(reference, allow_nan=True))
+    _write_atomically(cached, json.dumps(reference, allow_nan=True))
     return reference

@@ -4,7 +4,7 @@ A small GPT (``helpers.models``) learns the shipped public-domain corpus one byt
 through a real ``DataLoader``. The baseline is fixed and measured; then one change at a time
 is tried on the configuration kept so far — no per-step sync, DataLoader workers (and pinned
 memory on a GPU), bf16 autocast, a fused optimizer, activation checkpointing, ``torch.compile``
-— each measured the same way and kept or reverted. The result is a report in seed 001's
+— each measured the same way and kept or reverted. The result is a report in the course's
 template (experiment, hardware, config, throughput, trace findings, next action), written as
 Markdown and JSON with a comparison table and plots, and read back.
 

@@ -1,4 +1,5 @@
-"""The performance report (seed 001's template), written as Markdown + JSON + a plot, and
+"""The performance report (experiment, hardware, config, throughput, trace findings,
+next action), written as Markdown + JSON + a plot, and
 read back.
 
 Sections: experiment, hardware, config, parallel, throughput (the baseline / tuned comparison
@@ -192,7 +193,7 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def next_actions(rows: list[dict[str, Any]]) -> list[str]:
-    """Seed 003's next round: the fix for the tuned configuration's bottleneck, then reruns."""
+    """The next round: the fix for the tuned configuration's bottleneck, then reruns."""
     kept = [r for r in rows if r.get("decision") in ("baseline", "keep")][-1]
     return [f"tuned is {kept['bottleneck']}: try {rules.NEXT_ACTIONS[kept['bottleneck']]}",
             "rerun the same measurement (same seed, warm-up and windows) and add the row to this table",

@@ -18,7 +18,7 @@ from typing import Any
 STALL_THRESHOLD = 0.2  # data time above 20% of compute time is a bottleneck
 LOSS_TOLERANCE = 0.02  # a change may move the loss after N steps by at most 2% of the baseline's
 
-#: What to try next for each bottleneck class (seed 003's table of fixes).
+#: What to try next for each bottleneck class (the usual first fix for each).
 NEXT_ACTIONS = {
     "data-bound": "more DataLoader workers, pinned memory, prefetching or caching samples",
     "compute-bound": "mixed precision (bf16), torch.compile / fused kernels, fewer syncs",
@@ -80,7 +80,7 @@ def bottleneck_class(phases: Mapping[str, float], threshold: float = STALL_THRES
     """The bottleneck of a step from its phases in ms (data, forward, backward, optimizer,
     other = the rest of the step: host work, syncs, launch gaps).
 
-    Data first (seed 004's rule: data above ``threshold`` × compute, compute = forward +
+    Data first (a common rule: data above ``threshold`` × compute, compute = forward +
     backward + optimizer); otherwise the largest of forward + backward ("compute-bound"),
     optimizer ("optimizer-bound") and other ("host-bound").
     """

@@ -5,7 +5,7 @@ report: step time (median and range of timed windows), samples/s and tokens/s, m
 peak allocated, or bytes saved for backward), loss after N steps, FLOPs, MFU / HFU, and the
 phases and bottleneck class read from a profiler trace of a few more steps.
 
-Measurement protocol (seed 000 §05, seed 003): warm-up steps are never timed (the first one,
+Measurement protocol: warm-up steps are never timed (the first one,
 where compilation happens, is reported apart); each timed sample is a window of several steps
 bracketed by device synchronisation, so a run without per-step syncs is timed as it runs; the
 profiler runs after the timed steps, never during them.
@@ -277,7 +277,7 @@ def derive(row: dict[str, Any], baseline: dict[str, Any] | None = None,
 
 
 class Tuner:
-    """Seed 003's loop: a fixed baseline, then one change at a time, each tried on the
+    """The tuning loop: a fixed baseline, then one change at a time, each tried on the
     configuration kept so far, measured the same way, and kept or reverted by
     :func:`rules.decide`."""
 

@@ -33,7 +33,7 @@ PRECISIONS = ("fp32", "bf16")
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything that is fixed for one measured configuration (seed 003, step 1)."""
+    """Everything that is fixed for one measured configuration (step 1: a fixed baseline)."""
 
     model: models.GPTConfig
     batch_size: int
@@ -150,7 +150,7 @@ def worker_count(device: str) -> int:
 
 
 def tuning_steps(device: str = "cpu") -> list[Change]:
-    """The changes of the capstone, in the order they are tried (seed 003's table)."""
+    """The changes of the capstone, in the order they are tried."""
     gpu = device.startswith("cuda")
     return [
         Change("no_sync", "keep the loss on the device; read it once at the end (no per-step sync)",
