@@ -30,7 +30,7 @@ def executed_dir(tmp_path_factory) -> Path:
 # virtual environment, a JupyterLab server) run on one pytest-xdist worker; a chapter's
 # notebook tests share its papermill run. Everything else spreads over the workers.
 _FILE_GROUPS = {"test_grading_hostile.py", "test_class_grading.py", "test_env_binder.py",
-                "test_env_browser.py", "test_env_fresh_runtime.py", "test_report.py",
+                "test_env_browser.py", "test_env_fresh_runtime.py", "test_packaging.py", "test_report.py",
                 "test_timeline_scale.py"}
 
 
