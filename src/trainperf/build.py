@@ -14,6 +14,7 @@ import filecmp
 import json
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import i18n, readme
@@ -121,10 +122,14 @@ def build(root: Path, wanted: list[str] | None = None, check: bool = False) -> l
         else:
             for line in problems:
                 print(f"translation out of date: {line}")
-    with tempfile.TemporaryDirectory(prefix="trainperf-build-") as tmp:
-        for lang in [None, *languages]:
-            scratch = Path(tmp) / (lang or "en")
-            for chapter, released in generate_all(root, chapter_ids, scratch, lang).items():
+    with tempfile.TemporaryDirectory(prefix="trainperf-build-") as tmp, ThreadPoolExecutor() as pool:
+        # one scratch course per language, generated side by side (nbgrader's gradebook is
+        # one SQLite file per course, so the chapters of one course go one after another)
+        editions = [None, *languages]
+        jobs = [pool.submit(generate_all, root, chapter_ids, Path(tmp) / (lang or "en"), lang)
+                for lang in editions]
+        for lang, job in zip(editions, jobs, strict=True):
+            for chapter, released in job.result().items():
                 folder = f"{lang}/{chapter}" if lang else chapter
                 diffs = differences(root, folder, released)
                 found += diffs
