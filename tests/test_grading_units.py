@@ -119,6 +119,19 @@ def test_score_compares_with_the_reference_outside_the_kernel(records, points):
     assert "SEP" not in verdict.visible
 
 
+def test_a_chinese_submission_is_told_in_chinese_and_scored_the_same():
+    records = [{"what": "a", "value": 10.1}, {"what": "b", "value": "x"}]
+    record = {"index": 3, "status": "ok", "text": "✓ visible\nSEP\n", "records": records}
+    en = score(_exam(), {3: record}, REFERENCE)[0]
+    exam = _exam()
+    exam.language = "zh"
+    zh = score(exam, {3: record}, REFERENCE)[0]
+    same = (0.0, "failed", 1)
+    assert (zh.points, zh.status, zh.hidden_failed) == (en.points, en.status, en.hidden_failed) == same
+    assert "hidden tests: 1 of 2 checks failed" in en.visible
+    assert "隐藏测试：2 项检查中有 1 项未通过" in zh.visible
+
+
 def test_a_failed_cell_scores_zero_even_with_matching_records():
     record = {"index": 3, "status": "error", "ename": "CheckFailed", "evalue": "", "text": "",
               "records": [{"what": "a", "value": 10.0}, {"what": "b", "value": "x"}]}

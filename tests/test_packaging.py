@@ -47,6 +47,9 @@ def test_wheel_holds_every_file_of_the_packages_and_the_metadata(dist):
     meta_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
     meta = Parser().parsestr(zipfile.ZipFile(dist["wheel"]).read(meta_name).decode())
     assert meta["Name"] == "trainperf-course" and meta["Version"] == helpers.__version__
+    import trainperf
+
+    assert trainperf.__version__ == helpers.__version__
     urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
     assert set(urls) >= {"Homepage", "Source"} and all(u.startswith("https://") for u in urls.values())
     assert meta["License-Expression"] == "MIT"

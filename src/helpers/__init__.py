@@ -2,8 +2,9 @@
 
 One module per chapter (``helpers.roofline`` for chapter 1, ...) plus shared pieces:
 ``helpers.hardware`` (the one table of device peaks, and measuring the current device),
-``helpers.bench`` (honest timing), ``helpers.checks`` (friendly exercise checks) and
-``helpers.env`` (the notebook setup cell).
+``helpers.bench`` (honest timing), ``helpers.checks`` (friendly exercise checks),
+``helpers.env`` (the notebook setup cell) and ``helpers.i18n`` (the language of what the helpers
+show: ``helpers.setup(lang="zh")`` for Chinese messages, widgets and plots).
 
 Submodules load on first use, so ``import helpers`` stays cheap and needs only the
 learner dependencies: torch, numpy, matplotlib and ipywidgets.

@@ -84,8 +84,13 @@ def tr(english: str, **fields: Any) -> str:
     """``english`` in the current language (English when it has no translation), with
     ``fields`` filled in by ``str.format``. Never raises because of a translation: a broken
     one falls back to the English text."""
-    lang = language()
-    template = _table(lang).get(english, english) if lang != "en" else english
+    return tr_in(language(), english, **fields)
+
+
+def tr_in(lang: str, english: str, **fields: Any) -> str:
+    """:func:`tr` in the given language rather than the current one (the grading process
+    writes a Chinese submission's feedback this way)."""
+    template = _table(lang).get(english, english) if lang in LANGUAGES[1:] else english
     if not fields:
         return template
     try:

@@ -3,6 +3,6 @@
 Needs the ``course`` extra (nbgrader, papermill, ...). The learner package is ``helpers``.
 """
 
-from helpers import __version__  # one version for the whole distribution (pyproject reads it)
-
-__all__ = ["__version__"]
+# The distribution's version is helpers.__version__ (pyproject reads it); this copy lets the
+# merge and report commands run without importing helpers. tests/test_packaging.py keeps them equal.
+__version__ = "0.1.0"

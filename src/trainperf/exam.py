@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helpers._records import compare
-from helpers.i18n import LANGUAGES
+from helpers.i18n import LANGUAGES, tr_in
 
 from .hidden import split_hidden, strip_expectations
 from .i18n import notebook_language, set_language_parameter
@@ -49,6 +49,7 @@ class Exam:
     answers: dict[str, int]  # answer grade_id -> index in the executed notebook
     separator: str  # printed between a test cell's visible and hidden parts
     notes: list[str] = field(default_factory=list)  # tampering and other remarks
+    language: str = "en"  # of the submission's edition: the language of its feedback
 
 
 def _meta(cell: dict[str, Any]) -> dict[str, Any]:
@@ -157,7 +158,7 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
         # a submission of a translated edition gets its feedback in that language; only what the
         # visible checks print changes, never what the hidden checks record
         set_language_parameter(notebook, lang)
-    return Exam(notebook, graded, answers, separator, notes)
+    return Exam(notebook, graded, answers, separator, notes, lang if lang in LANGUAGES else "en")
 
 
 def _test_cell_notes(tests: dict[str, dict[str, Any]], mine: dict[str, dict[str, Any]],
@@ -247,8 +248,9 @@ def score(exam: Exam, records: dict[int, dict[str, Any]],
             visible = (visible + "\n" if visible else "") + \
                 f"{record['ename']}: {record.get('evalue', '')}".strip()
         elif not passed and exam.separator in text:
-            visible += (f"\nhidden tests: {failed or 'some'} of {len(want)} checks failed "
-                        "(details are not shown)")
+            some = tr_in(exam.language, "some")
+            visible += "\n" + tr_in(exam.language, "hidden tests: {failed} of {total} checks failed "
+                                    "(details are not shown)", failed=failed or some, total=len(want))
         verdicts.append(CellVerdict(cell.grade_id, cell.points if passed else 0.0, cell.points,
                                     status, record.get("ename", ""), visible.strip(), failed, len(want)))
     return verdicts

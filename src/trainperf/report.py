@@ -83,7 +83,8 @@ def failure_message(verdict: dict) -> str:
         lines = [line for line in verdict.get("visible", "").splitlines() if line.startswith(f"{ename}:")]
         text = lines[-1][len(ename) + 1:].strip() if lines else ""
         if kind == WRONG_VISIBLE:
-            return re.sub(r",? got .*$", "", text)[:160] or ename
+            # the learner's value ends the message: ", got …" (English), "，实际得到 …" (Chinese)
+            return re.sub(r"(,? got |，实际得到 ).*$", "", text)[:160] or ename
         return f"{ename}: {text}"[:160].rstrip(": ")
     return verdict.get("visible", "").splitlines()[-1][:160] if verdict.get("visible") else kind or ""
 
