@@ -143,6 +143,8 @@ def test_failure_kinds_and_messages():
     wrong = _verdict(ename="CheckFailed", visible="✓ shape\nCheckFailed: ✗ FLOPs: expected 8, got 4.\n"
                                                   "  Hint: a multiply-add is 2 FLOPs")
     assert failure_kind(wrong) == WRONG_VISIBLE and failure_message(wrong) == "✗ FLOPs: expected 8"
+    chinese = _verdict(ename="CheckFailed", visible="CheckFailed: ✗ FLOPs：期望 8，实际得到 4。")
+    assert failure_message(chinese) == "✗ FLOPs：期望 8"  # a zh submission's message, grouped alike
     stub = _verdict(ename="NotImplementedError", visible="NotImplementedError: replace this line")
     assert failure_kind(stub) == NOT_ATTEMPTED
     hidden = _verdict(visible="✓ FLOPs\nhidden tests: 2 of 3 checks failed (details are not shown)",
