@@ -100,6 +100,9 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
                submission: dict[str, Any] | None = None) -> Exam:
     """Merge trusted cells with the learner's answers into the notebook to execute.
 
+    The exam ends with the last test cell: teaching cells after it (measurements, live tuning)
+    cannot change a grade, so grading does not spend time on them.
+
     With ``submission=None`` this is the **reference exam**: the solution's own answers, and
     the hidden tests with their expected side, for the trusted reference run.
     """
@@ -151,6 +154,8 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
             cells.append(copy.deepcopy(cell))
         key = f"grade:{gid}" if gid else f"id:{cell.get('id')}"
         cells += [_code(_source(c)) for c in extras_after.get(key, [])]
+    if graded:  # nothing after the last test cell can change a grade: it is not run
+        cells = cells[:graded[-1].index + 1]
     notebook = copy.deepcopy(released)
     notebook["cells"] = cells
     lang = "en" if reference else notebook_language(submission)

@@ -11,12 +11,14 @@ so an interrupted run resumes where it stopped.
 from __future__ import annotations
 
 import hashlib
+import os
 import queue
+import shutil
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .copies import flags as copy_flags
@@ -24,7 +26,7 @@ from .course import CourseError, chapter_notebook, chapters
 from .exam import CellVerdict, build_exam, events, score, solution_answers
 from .isolate import Isolation, KernelLimits, detect, execute, install_helpers_copy, pick_uids
 from .parts import course_version, student_order, write_details
-from .reference import ChapterTemplate, make_templates, reference_records, tree_hash
+from .reference import ChapterTemplate, cache_dir, make_templates, reference_records, tree_hash
 from .results import Outcome, StudentRow, load_progress, progress_line, write_csv, write_feedback
 from .shards import Shard, select, summarize
 from .submissions import discover, read_submission
@@ -61,12 +63,14 @@ class Course:
     package_dir: str
     limits: Limits
     scratch: Path
+    compile_caches: dict[str, Path] = field(default_factory=dict)  # chapter -> torch.compile cache
 
-    def run(self, notebook: dict, uid: int | None):
+    def run(self, notebook: dict, uid: int | None, chapter: str = "", reference: bool = False):
         return execute(notebook, isolation=self.isolation, uid=uid, site=self.site,
                        cell_timeout=self.limits.cell_timeout,
                        notebook_timeout=self.limits.notebook_timeout, max_output=self.limits.max_output,
-                       limits=self.limits.kernel(), record=True, scratch=self.scratch)
+                       limits=self.limits.kernel(), record=True, scratch=self.scratch,
+                       compile_cache=self.compile_caches.get(chapter), writable_cache=reference)
 
 
 def _reasons(exam_notes: list[str], verdicts: list[CellVerdict], execution, limits: Limits,
@@ -127,7 +131,7 @@ def grade_one(course: Course, student: str, chapter: str, notebook: Path, uid: i
     answers = {gid: "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
                for gid, i in exam.answers.items() for c in [exam.notebook["cells"][i]]}
     review = copy_flags(answers, course.package_dir)
-    execution = course.run(exam.notebook, uid)
+    execution = course.run(exam.notebook, uid, chapter)
     verdicts = score(exam, execution.records, course.references[chapter])
     if execution.start_error:
         exam.notes.append(f"the notebook could not be started: {execution.start_error}")
@@ -169,9 +173,36 @@ def prepare(root: Path, chapter_ids: list[str], limits: Limits, scratch: Path,
         if copy_flags(answers, package_dir):
             raise CourseError(f"{chapter}: the solution itself is flagged as a copy of helper code: "
                               f"{copy_flags(answers, package_dir)[0]}")
-        course.references[chapter] = reference_records(
-            templates[chapter], lambda nb: course.run(nb, uid), fresh=fresh)
+        course.references[chapter] = _reference(course, chapter, uid, fresh)
     return course
+
+
+def _reference(course: Course, chapter: str, uid: int | None, fresh: bool) -> dict:
+    """The chapter's reference records; a reference run also leaves torch.compile's cache,
+    kept beside the records, which every submission's kernel then starts from (a copy)."""
+    template = course.templates[chapter]
+    seed = cache_dir() / "compile" / f"{chapter}-{template.source_hash}"
+    fresh_cache = course.scratch / f"compile-{chapter}"
+
+    def run_reference(notebook: dict):
+        fresh_cache.mkdir(parents=True, exist_ok=True)
+        if uid is not None:
+            os.chown(fresh_cache, uid, uid)
+        course.compile_caches[chapter] = fresh_cache
+        return course.run(notebook, uid, chapter, reference=True)
+
+    records = reference_records(template, run_reference, fresh=fresh)
+    if fresh_cache.is_dir() and not seed.exists():
+        for path in [fresh_cache, *fresh_cache.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
+        seed.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copytree(fresh_cache, seed.with_suffix(".tmp"), dirs_exist_ok=True)
+            os.replace(seed.with_suffix(".tmp"), seed)
+        except OSError:
+            pass  # another grading run published it first
+    course.compile_caches[chapter] = seed if seed.is_dir() else fresh_cache
+    return records
 
 
 def grade(root: Path, submissions: Path, out: Path, wanted: list[str] | None = None,

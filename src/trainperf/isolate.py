@@ -43,7 +43,13 @@ MAX_RESULT_LINE = 8 * 2**20  # one cell's result from the notebook client, seria
 # The kernel's first Python: set limits, keep '' and the working folder off sys.path, die
 # with its parent, then become an IPython kernel. No file of the course is needed for this.
 _LAUNCH = """\
-import ctypes, resource, sys
+import ctypes, os, resource, shutil, sys
+seed = os.environ.pop("TRAINPERF_COMPILE_SEED", "")
+if seed and os.path.isdir(seed):  # the reference run's compiled kernels: start warm
+    try:
+        shutil.copytree(seed, os.environ["TORCHINDUCTOR_CACHE_DIR"], dirs_exist_ok=True)
+    except OSError:
+        pass
 for name, value in LIMITS:
     if value:
         resource.setrlimit(getattr(resource, name), (value, value))
@@ -156,9 +162,18 @@ def kernel_env(record: bool) -> dict[str, str]:
     return env
 
 
+SEED = "/opt/trainperf/compile-seed"  # where a read-only compile cache appears in the sandbox
+
+
 def kernel_argv(level: str, uid: int | None, site: Path, connection_dir: Path,
-                limits: KernelLimits, record: bool) -> tuple[list[str], dict[str, str]]:
-    """(command that starts the kernel — ends with ``{connection_file}`` — and its environment)."""
+                limits: KernelLimits, record: bool, compile_cache: Path | None = None,
+                writable_cache: bool = False) -> tuple[list[str], dict[str, str]]:
+    """(command that starts the kernel — ends with ``{connection_file}`` — and its environment).
+
+    ``compile_cache``: torch.compile's on-disk cache of the reference run. The reference run
+    writes it (``writable_cache``); a submission's kernel starts with a private copy of it, so
+    compiling the teaching cells' code is warm and no kernel can change what another sees.
+    """
     rlimits = [("RLIMIT_CORE", 0), ("RLIMIT_FSIZE", limits.file_mb * 2**20)]
     if limits.memory_mb:
         rlimits.append(("RLIMIT_AS", limits.memory_mb * 2**20))
@@ -171,7 +186,18 @@ def kernel_argv(level: str, uid: int | None, site: Path, connection_dir: Path,
                    PYTHONPATH=str(site), MPLCONFIGDIR=str(connection_dir / "home"),
                    IPYTHONDIR=str(connection_dir / "home" / ".ipython"),
                    TORCHINDUCTOR_CACHE_DIR=str(connection_dir / "tmp" / "inductor"))
+        if compile_cache is not None and writable_cache:
+            env["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache)
+        elif compile_cache is not None:
+            env["TRAINPERF_COMPILE_SEED"] = str(compile_cache)
         return launch, env
+    binds = [*((p, p, "--ro-bind") for p in python_paths()), (Path(SITE), site, "--ro-bind"),
+             (connection_dir, connection_dir, "--bind")]
+    if compile_cache is not None and writable_cache:
+        binds.append((Path("/tmp/inductor"), compile_cache, "--bind"))
+    elif compile_cache is not None and compile_cache.is_dir():
+        binds.append((Path(SEED), compile_cache, "--ro-bind"))
+        env["TRAINPERF_COMPILE_SEED"] = SEED
     args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
     if level == "userns":
@@ -185,8 +211,7 @@ def kernel_argv(level: str, uid: int | None, site: Path, connection_dir: Path,
                                "--perms", "1777", "--dir", "/tmp/home",
                                "--perms", "1777", "--dir", "/tmp/work"]
     made: set[Path] = {Path("/tmp"), Path("/usr"), Path("/etc")}
-    for target, source, mode in [*((p, p, "--ro-bind") for p in python_paths()),
-                                 (Path(SITE), site, "--ro-bind"), (connection_dir, connection_dir, "--bind")]:
+    for target, source, mode in binds:
         for ancestor in _ancestors(target):
             if ancestor not in made:
                 args += ["--perms", "0755", "--dir", str(ancestor)]
@@ -296,7 +321,8 @@ def _kill_group(pid: int | None) -> None:
 
 def execute(notebook: dict[str, Any], *, isolation: Isolation, uid: int | None, site: Path,
             cell_timeout: int, notebook_timeout: float, max_output: int, limits: KernelLimits,
-            record: bool, scratch: Path) -> Execution:
+            record: bool, scratch: Path, compile_cache: Path | None = None,
+            writable_cache: bool = False) -> Execution:
     """Run ``notebook`` in a fresh kernel in the sandbox; the cells' results, as they came."""
     # a short path: the kernel's sockets live here and a socket path may not pass 107 bytes
     connection_dir = Path(tempfile.mkdtemp(prefix="tp-", dir="/tmp"))
@@ -305,7 +331,8 @@ def execute(notebook: dict[str, Any], *, isolation: Isolation, uid: int | None, 
     if isolation.level == "none":
         for sub in ("home", "tmp", "work"):
             (connection_dir / sub).mkdir()
-    argv, env = kernel_argv(isolation.level, uid, site, connection_dir, limits, record)
+    argv, env = kernel_argv(isolation.level, uid, site, connection_dir, limits, record,
+                            compile_cache, writable_cache)
     client_home = scratch / f"client-{secrets.token_hex(6)}"
     client_home.mkdir(parents=True)
     job = {"notebook": notebook, "kernel_argv": argv, "kernel_env": env, "kernel_uid": uid,
