@@ -408,8 +408,8 @@ def test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples(gpu, 
             raise failure
         return nsys.Capture(tmp_path / "r.nsys-rep", tmp_path / "r.csv", tmp_path / "r.sqlite")
 
-    monkeypatch.setattr(nsys, "nsys_available", lambda: True)
-    monkeypatch.setattr(nsys, "capture_demo", fake_capture)
+    monkeypatch.setattr(nsys._capture, "nsys_available", lambda: True)
+    monkeypatch.setattr(nsys._capture, "capture_demo", fake_capture)
     stats, sqlite, what = nsys.example_or_capture("compute")
     if failure is None:
         assert (stats, sqlite) == (tmp_path / "r.csv", tmp_path / "r.sqlite")
@@ -648,7 +648,8 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
     "nvtx.CudaProfilerRange": "test_cuda_profiler_range_syncs_then_starts_and_stops_the_capture",
     "nvtx.top_operators": "test_top_operators_adds_cuda_activity_on_a_gpu",
     "nvtx._demo_main": "test_nvtx_demo_loop_runs_on_the_gpu_with_a_capture_window",
-    "nsys.example_or_capture": "test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples",
+    "nsys._capture.example_or_capture":
+        "test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples",
     "_ddp.record_ddp": "test_record_ddp_on_cuda_runs_ranks_as_fresh_processes",
     "memory._cuda.cuda_memory": "test_cuda_memory_resets_the_peak_records_history_and_saves_a_snapshot",
     "checkpointing.compare_plans": "test_compare_plans_on_a_gpu_reads_each_plans_cuda_peak",

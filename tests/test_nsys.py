@@ -1,12 +1,14 @@
 """helpers.nsys: the command lines, the stats CSV and SQLite readers, the examples."""
 
 import shlex
+import shutil
 import sqlite3
 
 import numpy as np
 import pytest
 
-from helpers import _nsys_examples, hardware, nsys, roofline
+from helpers import hardware, nsys, roofline
+from helpers.nsys import _make_examples as _nsys_examples
 
 # --------------------------------------------------------------------------- command lines
 
@@ -403,7 +405,7 @@ def test_table_basics():
 
 
 def test_without_nsys_the_notebook_falls_back_to_labelled_examples(monkeypatch):
-    monkeypatch.setattr(nsys.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
     stats, db, what = nsys.example_or_capture("launch")
     assert stats == nsys.example_path("launch") and db == nsys.example_path("launch", "sqlite")
     assert what.startswith("EXAMPLE") and "not a capture" in what and "nsys is not installed" in what
@@ -414,9 +416,9 @@ def test_without_nsys_the_notebook_falls_back_to_labelled_examples(monkeypatch):
 def test_supports_trace_asks_this_machines_nsys(monkeypatch):
     import subprocess
 
-    monkeypatch.setattr(nsys.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
     assert nsys.supports_trace("nccl") is None  # no nsys here: unknown, not False
-    monkeypatch.setattr(nsys.shutil, "which", lambda _name: "/usr/bin/nsys")
+    monkeypatch.setattr(shutil, "which", lambda _name: "/usr/bin/nsys")
     help_text = "-t, --trace=\n   Possible values: cuda, nvtx, osrt, cublas, nccl, none\n-s, --sample="
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, help_text, ""))
     assert nsys.supports_trace("nccl") is True and nsys.supports_trace("mpi") is False

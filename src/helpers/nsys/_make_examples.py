@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import hardware, roofline
+from .. import hardware, roofline
 
 NOTE = ("SYNTHETIC EXAMPLE written by helpers.nsys.make_nsys_examples in the layout of Nsight "
         "Systems output; it is not a real capture. Durations are invented; see "

@@ -1,0 +1,107 @@
+"""Example data in nsys's formats, and a real capture where nsys and a GPU are here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._commands import Command, export_command, nsys_available, profile_command, stats_command
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+
+# =========================================================================== example data
+
+EXAMPLE_SCENARIOS = ("compute", "memcpy", "launch")
+
+
+def example_path(scenario: str = "compute", kind: str = "stats") -> Path:
+    """Path of a shipped EXAMPLE file: ``kind="stats"`` (nsys stats CSV) or ``"sqlite"``.
+
+    Synthetic data in nsys's formats (see ``data/nsys_example_README.md``), not a capture.
+    """
+    if scenario not in EXAMPLE_SCENARIOS:
+        raise ValueError(f"Unknown example {scenario!r}; choose one of {EXAMPLE_SCENARIOS}.")
+    if kind not in ("stats", "sqlite"):
+        raise ValueError(f"kind={kind!r}: use 'stats' (the CSV) or 'sqlite' (the export).")
+    suffix = "stats.csv" if kind == "stats" else "export.sqlite"
+    return DATA / f"nsys_example_{scenario}_{suffix}"
+
+
+def describe_example(scenario: str) -> str:
+    """What the synthetic workload of an example is."""
+    from ._make_examples import SCENARIOS
+
+    if scenario not in SCENARIOS:
+        raise ValueError(f"Unknown example {scenario!r}; choose one of {EXAMPLE_SCENARIOS}.")
+    return SCENARIOS[scenario].description
+
+
+def make_nsys_examples(out_dir: str | Path = DATA) -> list[Path]:
+    """(Re)write the example files: for each scenario an ``nsys export`` SQLite database and the
+    ``nsys stats --format csv`` output computed from it. Deterministic (seeded)."""
+    from ._make_examples import write_examples
+
+    return write_examples(Path(out_dir))
+
+
+# =========================================================================== a real capture
+
+@dataclass
+class Capture:
+    """Files of one nsys run: the report, its stats CSV and its SQLite export."""
+
+    report: Path
+    stats_csv: Path
+    sqlite: Path
+    commands: list[Command] = field(default_factory=list)
+
+
+def capture_demo(workdir: str | Path | None = None, steps: int = 20, first: int = 10, last: int = 14,
+                 timeout_s: int = 120) -> Capture:
+    """Profile ``python -m helpers.nvtx`` (an annotated loop with a cudaProfilerApi window) with
+    nsys, then write its stats CSV and SQLite export. Needs ``nsys`` on PATH and a CUDA GPU."""
+    if not nsys_available():
+        raise RuntimeError("nsys is not on PATH: install Nsight Systems, or use helpers.nsys.example_path().")
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="trainperf-nsys-"))
+    work.mkdir(parents=True, exist_ok=True)
+    prof = profile_command("-m", "helpers.nvtx", f"--steps={steps}", f"--first={first}", f"--last={last}",
+                           output=str(work / "trace_step"), python=sys.executable)
+    report = work / "trace_step.nsys-rep"
+    stats, export = stats_command(str(report)), export_command(str(report))
+    for cmd in (prof, export):
+        done = subprocess.run(cmd.argv, capture_output=True, text=True, timeout=timeout_s)
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(f"`{cmd.argv[0]} {cmd.argv[1]}` failed ({done.returncode}): {tail[0]}")
+    csv_path = work / "trace_step_stats.csv"
+    done = subprocess.run(stats.argv, capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        raise RuntimeError(f"`nsys stats` failed ({done.returncode}): {done.stderr.strip()[:200]}")
+    csv_path.write_text(done.stdout)
+    return Capture(report, csv_path, work / "trace_step.sqlite", [prof, stats, export])
+
+
+def example_or_capture(scenario: str = "compute", try_capture: bool = True) -> tuple[Path, Path, str]:
+    """(stats CSV, SQLite, what they are): a real capture when asked for and nsys and CUDA are
+    here (:func:`capture_demo`), else the shipped EXAMPLE files of ``scenario``."""
+    import torch
+
+    if not nsys_available():
+        reason = "nsys is not installed"
+    elif not torch.cuda.is_available():
+        reason = "no CUDA GPU to profile"
+    elif not try_capture:
+        reason = "no capture was asked for (quick mode)"
+    else:
+        try:
+            cap = capture_demo()
+            return cap.stats_csv, cap.sqlite, f"a real nsys capture in {cap.report.parent}"
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            reason = f"the nsys capture failed ({str(err)[:160]})"
+    return (example_path(scenario, "stats"), example_path(scenario, "sqlite"),
+            f"EXAMPLE data in nsys's format (synthetic workload {scenario!r}, not a capture): {reason}")
