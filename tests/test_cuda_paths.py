@@ -638,8 +638,9 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
     "hardware.measure_device": "test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32",
     "env.setup": "test_setup_on_a_known_gpu_prints_its_datasheet_peaks",
     "env.Runtime": "test_setup_on_a_known_gpu_prints_its_datasheet_peaks",
-    "mfu.device_peak": "test_device_peak_on_a_known_gpu_is_the_dense_datasheet_figure",
-    "mfu.measure_training": "test_measure_training_on_a_gpu_uses_bf16_autocast_and_the_bf16_datasheet_peak",
+    "mfu._measure.device_peak": "test_device_peak_on_a_known_gpu_is_the_dense_datasheet_figure",
+    "mfu._measure.measure_training":
+        "test_measure_training_on_a_gpu_uses_bf16_autocast_and_the_bf16_datasheet_peak",
     "models.course_config": "test_course_config_on_a_gpu_is_gpt2_small",
     "nvtx.nvtx_backend": "test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges",
     "nvtx.try_torch_nvtx": "test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges",

@@ -1,0 +1,5 @@
+"""``python -m helpers.mfu``."""
+
+from ._cli import main
+
+main()
