@@ -423,7 +423,7 @@ def test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples(gpu, 
 # --------------------------------------------------------------------------- distributed
 
 def test_record_ddp_on_cuda_runs_ranks_as_fresh_processes(gpu, monkeypatch, tmp_path):
-    from helpers import _ddp
+    from helpers.timeline import _ddp
 
     seen = {}
     monkeypatch.setattr(_ddp, "_run_forked", lambda *a: pytest.fail("CUDA must not be forked"))
@@ -651,7 +651,7 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
     "nvtx._demo_main": "test_nvtx_demo_loop_runs_on_the_gpu_with_a_capture_window",
     "nsys._capture.example_or_capture":
         "test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples",
-    "_ddp.record_ddp": "test_record_ddp_on_cuda_runs_ranks_as_fresh_processes",
+    "timeline._ddp.record_ddp": "test_record_ddp_on_cuda_runs_ranks_as_fresh_processes",
     "memory._cuda.cuda_memory": "test_cuda_memory_resets_the_peak_records_history_and_saves_a_snapshot",
     "checkpointing.compare_plans": "test_compare_plans_on_a_gpu_reads_each_plans_cuda_peak",
 
@@ -670,7 +670,7 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
 }
 # CUDA code no CPU test can run, with the reason; the GPU script is where it is proven.
 NOT_ON_CPU = {
-    "_ddp._train": "NCCL process group, one GPU per rank: needs >= 2 GPUs (chapter 4 guards it)",
+    "timeline._ddp._train": "NCCL process group, one GPU per rank: needs >= 2 GPUs (chapter 4 guards it)",
 }
 
 

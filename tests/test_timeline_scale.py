@@ -15,8 +15,9 @@ import shutil
 import pytest
 from conftest import SHARED_TRACES
 
-from helpers import _timeline_bench, _trace_read
 from helpers import timeline as tl
+from helpers.timeline import _bench as _timeline_bench
+from helpers.timeline import _trace_read
 
 HTA_TABLE = {  # ../shared/traces/README.md: idle %, compute %, non-compute %, kernel µs, overlap %
     "gpu_128rank_sampled_rank1.json.gz": (54.72, 22.57, 22.72, 600674, 20.05),
@@ -180,7 +181,7 @@ def test_folder_load_in_a_pool_equals_sequential(rank_folder, monkeypatch):
     # what a Jupyter kernel (several threads) gets: clean workers instead of fork
     import multiprocessing
 
-    from helpers import _ranks
+    from helpers.timeline import _ranks
     monkeypatch.setattr(_ranks, "_context", lambda: multiprocessing.get_context("spawn"))
     assert tl.analyse_ranks(rank_folder, jobs=2) == tl.analyse_ranks(rank_folder, jobs=1)
     with pytest.raises(ValueError, match="jobs must be a positive integer"):

@@ -3,7 +3,7 @@
 
 On Linux CPU runs the ranks are forked from the calling process, so they do not import torch
 again (seconds per process on a small machine); elsewhere, and for CUDA (which must not be
-forked once initialized), each rank is a fresh ``python -m helpers._ddp``. Rendezvous on
+forked once initialized), each rank is a fresh ``python -m helpers.timeline._ddp``. Rendezvous on
 127.0.0.1 with a free port.
 """
 
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._validate import count
+from .._validate import count
 
 
 def _free_port() -> int:
@@ -98,10 +98,10 @@ def _forked_rank(rank: int, opts: dict[str, Any]) -> None:
 
 def _run_subprocesses(opts: dict[str, Any], timeout_s: float) -> list[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    src = str(Path(__file__).resolve().parents[1])  # so a source checkout works uninstalled too
+    src = str(Path(__file__).resolve().parents[2])  # so a source checkout works uninstalled too
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     args = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items()]
-    procs = [subprocess.Popen([sys.executable, "-m", "helpers._ddp", f"--rank={r}", *args], env=env,
+    procs = [subprocess.Popen([sys.executable, "-m", "helpers.timeline._ddp", f"--rank={r}", *args], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for r in range(opts["world_size"])]
     deadline, errors = time.monotonic() + timeout_s, []

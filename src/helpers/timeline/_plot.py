@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import i18n
+from .. import i18n
+from ..i18n import text, tr
 from ._intervals import clip, merge_intervals
 from ._schedule import PipelineSchedule
 from ._trace import COMM_KERNEL_RE, CPU_COMM_RE, DATA_RE, NOT_COMPUTE_RE, Trace
-from .i18n import text, tr
 
 COLOURS = {"compute": "tab:blue", "comm": "tab:orange", "data": "tab:green", "other": "tab:gray",
            "step": "lightgray"}

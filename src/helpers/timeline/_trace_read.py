@@ -1,4 +1,4 @@
-"""Reading a chrome-trace file into :class:`~helpers._trace.Columns`, as fast as the installed
+"""Reading a chrome-trace file into :class:`~helpers.timeline._trace.Columns`, as fast as the installed
 libraries allow.
 
 * Decompression: ``isal`` (Intel's ISA-L) when installed, else the standard ``zlib``.

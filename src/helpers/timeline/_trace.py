@@ -3,7 +3,7 @@
 A :class:`Trace` keeps its complete events as numpy columns (start, duration, and codes for
 name, category, thread, stream and correlation), so the analysis runs vectorised; the
 :class:`Event` tuples of ``trace.events`` are built only when someone asks for them.
-Reading and parsing the file is :mod:`helpers._trace_read`.
+Reading and parsing the file is :mod:`helpers.timeline._trace_read`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._validate import count
+from .._validate import count
 
 
 def _nonneg(**values: float) -> None:

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SAVED = Path(__file__).with_name("data") / "timeline_bench.json"
+SAVED = Path(__file__).resolve().parents[1] / "data" / "timeline_bench.json"
 
 OURS_SCRIPT = r"""
 import json, os, resource, sys, time
@@ -95,7 +95,7 @@ class BenchError(Exception):
 # --------------------------------------------------------------------------- synthetic traces
 
 def _source(path: Path) -> dict:
-    from . import timeline  # validates the file with the library's own one-line errors
+    from .. import timeline  # validates the file with the library's own one-line errors
 
     if path.is_dir():
         raise BenchError(f"{path} is a folder: pass one GPU trace file; the benchmark builds the "
@@ -253,7 +253,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _main(argv: list[str] | None) -> int:
     a = _parse_args(argv)
-    from . import timeline
+    from .. import timeline
 
     data = _source(a.trace)
     load = lambda: os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")  # noqa: E731
