@@ -24,6 +24,7 @@ import torch
 from . import hardware, i18n
 from ._validate import count as _count
 from ._validate import positive as _positive
+from ._widgets import with_static_fallback
 from .bench import measure, resolve_device
 from .i18n import text, tr
 
@@ -409,14 +410,7 @@ class RooflineExplorer:
             display(self.figure())
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict:
-        import base64
-        import io
-
-        bundle = self.box._repr_mimebundle_(**kwargs)
-        buffer = io.BytesIO()
-        self.figure().savefig(buffer, format="png", dpi=80, bbox_inches="tight")
-        bundle["image/png"] = base64.b64encode(buffer.getvalue()).decode()
         r = self.current()
-        bundle["text/plain"] = tr("Roofline explorer ({name}, M={M}, {bound})", name=self.roofs()[3], M=r.M,
-                                  bound=_bound(r.limiter))
-        return bundle
+        return with_static_fallback(self.box, self.figure(), tr(
+            "Roofline explorer ({name}, M={M}, {bound})", name=self.roofs()[3], M=r.M,
+            bound=_bound(r.limiter)), **kwargs)

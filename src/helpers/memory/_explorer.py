@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import hardware, i18n, models
 from .._validate import count as _count
+from .._widgets import with_static_fallback
 from ..i18n import text, tr
 from ._ledger import OPTIMIZER_STATES, RECOMPUTE, activation_bytes, model_state_bytes
 
@@ -214,18 +215,10 @@ class MemoryExplorer:
             display(self.figure())
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict:
-        import base64
-        import io
-
-        bundle = self.box._repr_mimebundle_(**kwargs)
-        buffer = io.BytesIO()
-        self.figure().savefig(buffer, format="png", dpi=80, bbox_inches="tight")
-        bundle["image/png"] = base64.b64encode(buffer.getvalue()).decode()
         total, spec = self.current()["total"], hardware.get_device(self.device.value)
-        bundle["text/plain"] = tr("Memory explorer ({title}): {total:,.2f} GB per GPU vs {device} "
-                                  "{capacity:g} GB", title=self._title(), total=total / GB,
-                                  device=spec.name, capacity=spec.memory_gb)
-        return bundle
+        return with_static_fallback(self.box, self.figure(), tr(
+            "Memory explorer ({title}): {total:,.2f} GB per GPU vs {device} {capacity:g} GB",
+            title=self._title(), total=total / GB, device=spec.name, capacity=spec.memory_gb), **kwargs)
 
 
 def max_batch(shape: ModelShape, seq_len: int, capacity_bytes: float, **settings: Any) -> int:
