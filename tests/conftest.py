@@ -26,6 +26,23 @@ def executed_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("executed")
 
 
+_BUILT: dict = {}
+
+
+def once_per_worker(key: object, build):
+    """``build()`` once per test process, then the same result.
+
+    pytest-xdist's loadgroup keeps a group on one worker but may tear a module- or
+    session-scoped fixture down between two of its tests (the worker does not yet know the
+    next item), and set-up then runs again: a graded batch or a fresh virtual environment
+    built twice. Their folders live under the session's temporary root, so reusing them is
+    safe. A ``pytest.skip`` inside ``build`` is not remembered and is raised again.
+    """
+    if key not in _BUILT:
+        _BUILT[key] = build()
+    return _BUILT[key]
+
+
 # Tests that share an expensive module- or session-scoped fixture (a graded batch, a fresh
 # virtual environment, a JupyterLab server) run on one pytest-xdist worker; a chapter's
 # notebook tests share its papermill run. Everything else spreads over the workers.

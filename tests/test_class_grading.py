@@ -15,7 +15,7 @@ import shutil
 
 import nbformat
 import pytest
-from conftest import ROOT
+from conftest import ROOT, once_per_worker
 
 from trainperf.cli import main
 from trainperf.discriminate import load_mistakes, solution_answers, with_answers
@@ -46,6 +46,10 @@ def _class(subs):
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
+    return once_per_worker("class-graded", lambda: _grade_class(tmp_path_factory))
+
+
+def _grade_class(tmp_path_factory):
     base = tmp_path_factory.mktemp("class")
     subs = base / "submissions"
     _class(subs)

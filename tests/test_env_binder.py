@@ -18,6 +18,7 @@ import re
 
 import envkit
 import pytest
+from conftest import once_per_worker
 from envkit import run
 
 pytestmark = pytest.mark.env
@@ -25,6 +26,10 @@ pytestmark = pytest.mark.env
 
 @pytest.fixture(scope="module")
 def binder_env(tmp_path_factory) -> dict:
+    return once_per_worker("binder-env", lambda: _build_binder_env(tmp_path_factory))
+
+
+def _build_binder_env(tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("binder")
     repo = envkit.copy_project(base / "repo")
     python = envkit.base_python()

@@ -25,6 +25,7 @@ from pathlib import Path
 import envkit
 import nbformat
 import pytest
+from conftest import once_per_worker
 from envkit import ROOT, TORCH_SPEC, find_python, run
 
 pytestmark = pytest.mark.env
@@ -37,6 +38,10 @@ NOTEBOOKS = sorted(p for d in sorted((ROOT / "notebooks").iterdir()) if d.is_dir
 
 @pytest.fixture(scope="session")
 def course_wheel(tmp_path_factory) -> Path:
+    return once_per_worker("course-wheel", lambda: _build_wheel(tmp_path_factory))
+
+
+def _build_wheel(tmp_path_factory) -> Path:
     wheel = envkit.build_wheel(tmp_path_factory.mktemp("wheel"))
     import zipfile
 
@@ -51,7 +56,11 @@ def course_wheel(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session", params=["3.11", "3.12"])
 def fresh_runtime(request, tmp_path_factory) -> dict:
     """A fresh venv for one Python version, with torch and ipykernel, registered as a kernel."""
-    version = request.param
+    return once_per_worker(("fresh-runtime", request.param),
+                           lambda: _build_fresh_runtime(request.param, tmp_path_factory))
+
+
+def _build_fresh_runtime(version: str, tmp_path_factory) -> dict:
     python = find_python(version)
     if python is None:
         pytest.skip(f"no Python {version} interpreter on this machine")

@@ -19,7 +19,7 @@ import sys
 import hostile_payloads as P
 import nbformat
 import pytest
-from conftest import ROOT
+from conftest import ROOT, once_per_worker
 
 from trainperf.discriminate import solution_answers, with_answers
 from trainperf.grade import Limits, grade
@@ -73,6 +73,10 @@ def _solution_file():
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
+    return once_per_worker("hostile-batch", lambda: _grade_batch(tmp_path_factory))
+
+
+def _grade_batch(tmp_path_factory):
     base = tmp_path_factory.mktemp("hostile")
     subs = base / "submissions"
     cases = {
