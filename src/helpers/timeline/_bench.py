@@ -33,19 +33,13 @@ from typing import Any
 
 SAVED = Path(__file__).resolve().parents[1] / "data" / "timeline_bench.json"
 
-# Both scripts run in a child process (HTA's in its own environment, where helpers is not
-# installed), so the peak-memory probe travels with them as source.
-_PEAK_MEMORY = r"""
-import resource
+OURS_SCRIPT = r"""
+import json, os, resource, sys, time
 def hwm():  # this process's peak resident memory in kB (VmHWM restarts at exec; ru_maxrss does not)
     try:
         return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
     except (OSError, IndexError, ValueError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-"""
-
-OURS_SCRIPT = _PEAK_MEMORY + r"""
-import json, os, sys, time
 from helpers import timeline
 base = hwm()
 path, jobs, parser = sys.argv[1], int(sys.argv[2]), sys.argv[3] or None
@@ -67,8 +61,13 @@ print("RESULT " + json.dumps({"seconds": seconds, "base_kb": base, "peak_kb": pe
                               "figures": figures, "parsers": parsers, "failed": failed}))
 """
 
-HTA_SCRIPT = _PEAK_MEMORY + r"""
-import json, logging, sys, time
+HTA_SCRIPT = r"""
+import json, logging, resource, sys, time
+def hwm():  # this process's peak resident memory in kB (VmHWM restarts at exec; ru_maxrss does not)
+    try:
+        return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
+    except (OSError, IndexError, ValueError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 logging.disable(logging.WARNING)
 import hta
 from hta.trace_analysis import TraceAnalysis
