@@ -400,7 +400,6 @@ def check_roofline_explorer(view, page, shots: Path, lang: str = "en") -> None:
     # the operating point keeps M and moves onto the new roofs
     _wait_change(view, after_m, f"roofline preset -> {target}", expect=f"M={new_m}{words['colon']}")
     assert _readout(peak) != old_peak, "changing the preset did not move the peak slider"
-    page.wait_for_timeout(1000)  # let any value the front end sends back arrive
     target = target.replace("\xa0", " ")  # the browser shows " · " with no-break spaces
     want_peak, want_bw, want_b = roofline.presets()[target]
     want = roofline.cost_row(int(new_m), 4096, 4096, want_b, want_peak, want_bw)
@@ -412,6 +411,62 @@ def check_roofline_explorer(view, page, shots: Path, lang: str = "en") -> None:
                    words[want.limiter], f"≤ {want.attainable / 1e12:.1f} TFLOP/s"):
         assert figure in shown_row, f"{figure!r} not in the row after choosing {target}: {shown_row}"
     page.screenshot(path=str(shots / f"roofline_{lang}_after_preset.png"), full_page=False)
+    drag_right_after_preset(view, page, words)
+
+
+# The explorer's own state, read from the kernel (not from the page): every live explorer's
+# slider values and title. store_history=False keeps the notebook's Out and counts as they are.
+KERNEL_EXPLORERS = """import gc as _gc, json as _json
+from helpers.roofline import RooflineExplorer as _RE
+print("EXPLORERS", _json.dumps([[e.peak.value, e.bw.value, e.title.value] for e in _gc.get_objects()
+                   if isinstance(e, _RE)]))"""
+
+JS_KERNEL_PRINT = """async (code) => {
+  const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+  const future = kernel.requestExecute({code, store_history: false, silent: false});
+  let text = '';
+  future.onIOPub = (msg) => { if (msg.header.msg_type === 'stream' && msg.content.name === 'stdout') text += msg.content.text; };
+  await future.done;
+  return text;
+}"""
+
+
+def drag_right_after_preset(view, page, words: dict, rounds: int = 4) -> None:
+    """The sequence that once left the explorer out of sync with its own slider: choose a
+    preset, then drag the peak or bandwidth slider at once, before the kernel has answered.
+    When things settle, the slider's readout, the kernel's slider value and the title agree."""
+    select = view.locator(".widget-dropdown select").first
+    options = select.locator("option").all_inner_texts()
+    sliders = {name: view.locator(".widget-slider", has=page.locator(".widget-label", has_text=name)).first
+               for name in (words["peak"], "TB/s")}
+    for i in range(rounds):
+        preset = options[(11 * i + 5) % len(options)]
+        name = words["peak"] if i % 2 == 0 else "TB/s"
+        select.select_option(label=preset)
+        _drag_slider(view, sliders[name], 0.2 + 0.6 * (i % 3) / 2)  # no wait: the race is the test
+        deadline, seen = time.monotonic() + 45, None
+        while time.monotonic() < deadline:
+            page.wait_for_timeout(500)
+            peak, bw = _readout(sliders[words["peak"]]), _readout(sliders["TB/s"])
+            printed = page.evaluate(JS_KERNEL_PRINT, KERNEL_EXPLORERS)
+            line = next((x for x in printed.splitlines() if x.startswith("EXPLORERS ")), None)
+            assert line, f"the kernel did not report its explorers: {printed[-500:]!r}"
+            kernel = json.loads(line.removeprefix("EXPLORERS "))
+            assert len(kernel) == 1, f"expected one live explorer in the kernel, found {len(kernel)}"
+            k_peak, k_bw, k_title = kernel[0]
+            title = view.locator(".widget-html-content").nth(0).inner_text().replace("\xa0", " ")
+            seen = (peak, bw, f"{k_peak:g}", f"{k_bw:g}", title)
+            if (peak, bw) == (f"{k_peak:g}", f"{k_bw:g}") and title == _plain(k_title) and \
+                    f"{words['peak']} {peak} TFLOP/s" in title:
+                break
+        else:
+            raise AssertionError(f"round {i}: preset {preset!r}, then a drag of {name!r}: after 45 s the "
+                                 f"readouts (peak, BW), the kernel's values and the title disagree: {seen}")
+
+
+def _plain(html: str) -> str:
+    """An HTML title as the browser shows its text (the explorer's titles hold only <b>)."""
+    return html.replace("<b>", "").replace("</b>", "")
 
 
 SPECIFIC = {"RooflineExplorer": check_roofline_explorer}

@@ -140,19 +140,34 @@ def test_placement_names_the_roof_a_point_lands_above():
     assert len(noisy) == 1 and "spread 200%" in noisy[0]
 
 
-def test_explorer_preset_figures_are_exact_although_the_sliders_snap():
+def test_explorer_sliders_hold_every_preset_exactly():
     ex = roofline.RooflineExplorer(M=64, preset="H100 SXM · bf16")
+    for name, (peak, bw, _b) in roofline.presets().items():
+        ex.preset.value = name
+        # the slider sits on the datasheet figure itself, and its readout is that figure
+        assert ex.peak.value == peak / 1e12 and ex.peak.label == f"{peak / 1e12:g}", name
+        assert ex.bw.value == bw / 1e12 and ex.bw.label == f"{bw / 1e12:g}", name
+        assert f"<b>{name}</b>" in ex.title.value and f"peak {peak / 1e12:g} TFLOP/s" in ex.title.value
     ex.preset.value = "T4 · fp16"
-    assert "<b>T4 · fp16</b>" in ex.title.value and "65 TFLOP/s" in ex.title.value
     want = roofline.cost_row(64, 4096, 4096, 2, 65e12, 320e9)
-    assert ex.current() == want
-    ex.peak.value, ex.bw.value = 64.56542, 0.3235937  # what the front end's log step sends back
-    assert ex.current() == want and "T4 · fp16" in ex.title.value and "320 GB/s" in ex.title.value
-    assert f"{want.ideal_time * 1e3:.4f} ms" in ex.row.value
-    ex.peak.value = 100.0  # a real move: custom roofs from the slider values
-    assert "custom roofs" in ex.title.value and ex.current().attainable <= 100e12
+    assert ex.current() == want and f"{want.ideal_time * 1e3:.4f} ms" in ex.row.value
+    stops = [v for _, v in ex.peak.options]
+    ex.peak.value = stops[stops.index(65.0) + 1]  # one stop up: custom roofs, from the slider value
+    assert "custom roofs" in ex.title.value and f"peak {ex.peak.label} TFLOP/s" in ex.title.value
+    assert ex.current().attainable <= ex.peak.value * 1e12
     with pytest.raises(ValueError, match="Unknown preset"):
         roofline.RooflineExplorer(preset="T5 · fp16")
+
+
+def test_explorer_slider_stops_are_log_spaced_and_unique():
+    ex = roofline.RooflineExplorer()
+    for slider, (low, high) in ((ex.peak, (0.1, 1e4)), (ex.bw, (0.01, 10.0))):
+        labels, values = zip(*slider.options, strict=True)
+        assert len(set(labels)) == len(labels) and list(values) == sorted(values)
+        assert values[0] == low and values[-1] == high
+        ratios = [b / a for a, b in zip(values[:-1], values[1:], strict=True)]
+        assert max(ratios) < 1.03  # about 100 stops a decade, presets in between
+        assert all(float(label) == value for label, value in slider.options)  # readout = value
 
 
 def test_explorer_redraws_on_slider_and_preset_changes():
@@ -162,7 +177,7 @@ def test_explorer_redraws_on_slider_and_preset_changes():
     ex.m.value = 4096
     assert ex.current().limiter == "compute" and ex.row.value != first[0]
     ex.preset.value = "T4 · fp32"
-    assert ex.b.value == 4 and ex.peak.value == pytest.approx(8.1)
+    assert ex.b.value == 4 and ex.peak.value == 8.1
     assert ex.current().attainable <= hardware.get_device("T4").peak("fp32") * 1.0001
     bundle = ex._repr_mimebundle_()
     assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(bundle)

@@ -302,13 +302,19 @@ def presets() -> dict[str, tuple[float, float, int]]:
     return out
 
 
-_LOG_STEP = 0.01  # the explorer's log10 slider step
+def _slider_stops(low_exp: int, high_exp: int, exact: Sequence[float]) -> list[tuple[str, float]]:
+    """(label, value) stops for a log-scale slider: about 100 per decade (3 significant digits)
+    plus every value in ``exact``, so a preset sits on the slider exactly.
 
-
-def _same_on_slider(slider_value: float, exact: float) -> bool:
-    """True when a log slider showing ``slider_value`` is set to ``exact``: the front end
-    snaps a value to its log step (T4's 65 TFLOP/s shows as 64.6), so within half a step."""
-    return abs(math.log10(slider_value) - math.log10(exact)) <= _LOG_STEP / 2 + 1e-9
+    The explorer uses a ``SelectionSlider`` over these stops, not a ``FloatLogSlider``: the log
+    slider's front end snaps a value the kernel sets (989.5 -> 988.6) and sends the snapped value
+    back, a second writer that races a learner's drag right after a preset change (the readout
+    then shows the drag while the kernel keeps the preset). A selection slider sends only the
+    index the learner chose, and its label is the value itself.
+    """
+    values = {float(f"{10 ** (k / 100):.3g}") for k in range(low_exp * 100, high_exp * 100 + 1)}
+    values.update(exact)
+    return [(f"{v:g}", v) for v in sorted(values)]
 
 
 def _bound(limiter_name: str) -> str:
@@ -338,10 +344,12 @@ class RooflineExplorer:
         self.preset = w.Dropdown(options=list(self._presets), value=preset, description=tr("device"))
         self.m = w.SelectionSlider(options=[2**i for i in range(15)], value=M, description="M")
         self.b = w.SelectionSlider(options=[1, 2, 4], value=b, description=tr("bytes/elem"))
-        self.peak = w.FloatLogSlider(value=peak / 1e12, base=10, min=-1, max=4, step=_LOG_STEP,
-                                     description=tr("peak TF/s"), readout_format=".1f")
-        self.bw = w.FloatLogSlider(value=bw / 1e12, base=10, min=-2, max=1, step=_LOG_STEP,
-                                   description=tr("BW TB/s"), readout_format=".2f")
+        self.peak = w.SelectionSlider(options=_slider_stops(-1, 4, [p / 1e12 for p, _, _ in
+                                                                   self._presets.values()]),
+                                      value=peak / 1e12, description=tr("peak TF/s"))
+        self.bw = w.SelectionSlider(options=_slider_stops(-2, 1, [b / 1e12 for _, b, _ in
+                                                                 self._presets.values()]),
+                                    value=bw / 1e12, description=tr("BW TB/s"))
         self.title = w.HTML()
         self.row = w.HTML()
         self.out = w.Output()
@@ -357,8 +365,7 @@ class RooflineExplorer:
         peak, bw, b = self._presets[change["new"]]
         self._setting = True  # the three slider changes below are one redraw, not three
         try:
-            with self.box.hold_sync():
-                self.peak.value, self.bw.value, self.b.value = peak / 1e12, bw / 1e12, b
+            self.peak.value, self.bw.value, self.b.value = peak / 1e12, bw / 1e12, b
         finally:
             self._setting = False
         self.redraw()
@@ -369,11 +376,10 @@ class RooflineExplorer:
 
     def roofs(self) -> tuple[float, float, float, str]:
         """(peak FLOP/s, bandwidth B/s, bytes per element, name) now shown. While the sliders
-        sit on the chosen preset's values, the preset's exact figures and its name; else the
-        slider values and "custom roofs"."""
+        sit on the chosen preset's values (every preset value is a stop of its slider), the
+        preset's name; else "custom roofs"."""
         peak, bw, b = self._presets[self.preset.value]
-        if (_same_on_slider(self.peak.value, peak / 1e12) and _same_on_slider(self.bw.value, bw / 1e12)
-                and self.b.value == b):
+        if (self.peak.value, self.bw.value, self.b.value) == (peak / 1e12, bw / 1e12, b):
             return peak, bw, b, self.preset.value
         return self.peak.value * 1e12, self.bw.value * 1e12, self.b.value, tr("custom roofs")
 
