@@ -34,10 +34,8 @@ def once_per_worker(key: object, build):
 
     A worker may run a file's tests interleaved with other files' tests, and pytest then
     tears a module- or session-scoped fixture down and sets it up again in the same process:
-    a graded batch or a fresh virtual environment built twice. (With pytest 9.2 and
-    pytest-xdist 3.8, loadgroup ignores the groups below, pytest-xdist issue #1386, so this
-    happens often.) Their folders live under the session's temporary root, so reusing them is
-    safe. A ``pytest.skip`` inside ``build`` is not remembered and is raised again.
+    a graded batch or a fresh virtual environment built twice. Their folders live under the
+    session's temporary root, so reusing them is safe. A ``pytest.skip`` inside ``build`` is not remembered and is raised again.
     """
     if key not in _BUILT:
         _BUILT[key] = build()
@@ -47,13 +45,14 @@ def once_per_worker(key: object, build):
 # Tests that share an expensive module- or session-scoped fixture (a graded batch, a fresh
 # virtual environment, a JupyterLab server) run on one pytest-xdist worker; a chapter's
 # notebook tests share its papermill run. Everything else spreads over the workers.
-# Known: pytest 9.2 + pytest-xdist 3.8 drop these groups silently (pytest-xdist #1386, fix
-# proposed in #1388); the tests stay correct, only some shared set-ups run on both workers.
-_FILE_GROUPS = {"test_grading_hostile.py", "test_class_grading.py", "test_env_binder.py",
+# pytest 9.2 drops these groups silently (pytest-xdist #1386), hence pytest<9.2 in the course
+# extra; tests/test_suite_groups.py fails when a group is not honoured.
+_FILE_GROUPS = {"test_suite_groups.py", "test_grading_hostile.py", "test_class_grading.py", "test_env_binder.py",
                 "test_env_browser.py", "test_env_fresh_runtime.py", "test_packaging.py", "test_report.py",
                 "test_timeline_scale.py"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which turns the marks into groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         name = item.path.name
