@@ -35,7 +35,8 @@ def once_per_worker(key: object, build):
     A worker may run a file's tests interleaved with other files' tests, and pytest then
     tears a module- or session-scoped fixture down and sets it up again in the same process:
     a graded batch or a fresh virtual environment built twice. Their folders live under the
-    session's temporary root, so reusing them is safe. A ``pytest.skip`` inside ``build`` is not remembered and is raised again.
+    session's temporary root, so reusing them is safe. A ``pytest.skip`` inside ``build`` is
+    not remembered and is raised again.
     """
     if key not in _BUILT:
         _BUILT[key] = build()
@@ -47,9 +48,9 @@ def once_per_worker(key: object, build):
 # notebook tests share its papermill run. Everything else spreads over the workers.
 # pytest 9.2 drops these groups silently (pytest-xdist #1386), hence pytest<9.2 in the course
 # extra; tests/test_suite_groups.py fails when a group is not honoured.
-_FILE_GROUPS = {"test_suite_groups.py", "test_grading_hostile.py", "test_class_grading.py", "test_env_binder.py",
-                "test_env_browser.py", "test_env_fresh_runtime.py", "test_packaging.py", "test_report.py",
-                "test_timeline_scale.py"}
+_FILE_GROUPS = {"test_suite_groups.py", "test_grading_hostile.py", "test_class_grading.py",
+                "test_env_binder.py", "test_env_browser.py", "test_env_fresh_runtime.py",
+                "test_packaging.py", "test_report.py", "test_timeline_scale.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which turns the marks into groups

@@ -145,3 +145,25 @@ def test_chinese_notebook_is_the_english_one_with_chinese_text(chapter):
             assert "".join(b["source"]) == "".join(a["source"]).replace('LANGUAGE = "en"', 'LANGUAGE = "zh"')
         elif a["cell_type"] == "code":
             assert a["source"] == b["source"], a["id"]
+
+
+def test_generate_is_cached_by_content(tmp_path, monkeypatch):
+    """A chapter whose sources, config and nbgrader are unchanged is copied from the cache,
+    byte for byte, without running nbgrader; any change to its sources runs nbgrader again."""
+    from trainperf import course
+
+    monkeypatch.setenv("TRAINPERF_CACHE", str(tmp_path / "cache"))
+    scratch = course.make_scratch_course(ROOT, tmp_path / "a", [CHAPTER])
+    first = course.generate(scratch, CHAPTER)
+    runs = []
+    real = course.nbgrader
+    monkeypatch.setattr(course, "nbgrader", lambda *a, **k: runs.append(a) or real(*a, **k))
+    again = course.make_scratch_course(ROOT, tmp_path / "b", [CHAPTER])
+    second = course.generate(again, CHAPTER)
+    assert runs == [] and course.tree_hash(first) == course.tree_hash(second)
+    source = next((again / "solutions" / CHAPTER).glob("*.ipynb"))
+    nb = nbformat.read(source, as_version=4)
+    nb.cells[0].source += "\nOne more line."
+    nbformat.write(nb, source)
+    third = course.generate(again, CHAPTER)
+    assert len(runs) == 1 and "One more line." in next(third.glob("*.ipynb")).read_text()

@@ -425,7 +425,9 @@ JS_KERNEL_PRINT = """async (code) => {
   const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
   const future = kernel.requestExecute({code, store_history: false, silent: false});
   let text = '';
-  future.onIOPub = (msg) => { if (msg.header.msg_type === 'stream' && msg.content.name === 'stdout') text += msg.content.text; };
+  future.onIOPub = (msg) => {
+    if (msg.header.msg_type === 'stream' && msg.content.name === 'stdout') text += msg.content.text;
+  };
   await future.done;
   return text;
 }"""

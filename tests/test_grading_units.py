@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -257,3 +258,28 @@ def test_sandbox_commands_per_level(tmp_path):
     assert "TRAINPERF_RECORD_HIDDEN" not in user_argv
     plain, env = kernel_argv("none", None, tmp_path, tmp_path / "c", KernelLimits(), record=True)
     assert plain[0] != "bwrap" and env["TRAINPERF_RECORD_HIDDEN"] == "1"
+
+
+def test_every_ast_conversion_of_the_tooling_holds_the_lock():
+    """The grader and the build run threads, and CPython 3.11's AST converter is not safe to
+    run in two threads at once (a spurious SystemError failed a graded notebook): every
+    ``ast.parse`` and every ``compile`` of a tree in ``src/trainperf`` goes through
+    ``trainperf.syntax``."""
+    import ast as ast_module
+
+    offenders = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "src" / "trainperf").glob("*.py")):
+        if path.name == "syntax.py":
+            continue
+        for node in ast_module.walk(ast_module.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast_module.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast_module.Attribute) and func.attr == "parse" and \
+                    isinstance(func.value, ast_module.Name) and func.value.id == "ast":
+                offenders.append(f"{path.name}:{node.lineno} ast.parse")
+            if isinstance(func, ast_module.Name) and func.id == "compile" and node.args and not (
+                    isinstance(node.args[0], ast_module.Constant)):
+                offenders.append(f"{path.name}:{node.lineno} compile")
+    assert offenders == [], f"AST conversions outside trainperf.syntax: {offenders}"
+

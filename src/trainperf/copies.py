@@ -20,6 +20,8 @@ from pathlib import Path
 
 from helpers.checks import fingerprint
 
+from . import syntax
+
 # A function shorter than this (in instructions) can be written the same way by anyone who
 # follows the exercise text, so being identical to a helper proves nothing.
 _MIN_INSTRUCTIONS = 60
@@ -48,8 +50,8 @@ class _NoDocstrings(ast.NodeTransformer):
 
 
 def _compile(source: str, name: str) -> types.CodeType:
-    tree = ast.fix_missing_locations(_NoDocstrings().visit(ast.parse(source)))
-    return compile(tree, name, "exec")
+    tree = ast.fix_missing_locations(_NoDocstrings().visit(syntax.parse(source)))
+    return syntax.compile_tree(tree, name)
 
 
 def _functions(code: types.CodeType, prefix: str) -> list[tuple[str, types.CodeType]]:
@@ -100,7 +102,7 @@ def flags(answers: dict[str, str], package_dir: str) -> list[str]:
     notes = []
     for gid, source in answers.items():
         try:
-            tree = ast.parse(source)
+            tree = syntax.parse(source)
             code = _compile(source, f"<answer {gid}>")
         except (SyntaxError, ValueError):
             continue

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 CONFIG_NAME = "nbgrader_config.py"
@@ -54,6 +56,21 @@ def chapter_notebook(root: Path, chapter: str) -> Path:
     return notebooks[0]
 
 
+def cache_dir() -> Path:
+    """The course tooling's cache: ``$TRAINPERF_CACHE``, else ``$XDG_CACHE_HOME/trainperf``."""
+    base = os.environ.get("TRAINPERF_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trainperf")
+    return Path(base)
+
+
+def tree_hash(folder: Path) -> str:
+    """SHA-256 of every file's relative path and bytes under ``folder``."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def make_scratch_course(root: Path, scratch: Path, chapter_ids: list[str]) -> Path:
     """A throwaway nbgrader course folder: config plus copies of the chapters' sources."""
     scratch.mkdir(parents=True, exist_ok=True)
@@ -79,8 +96,46 @@ def nbgrader(args: list[str], course_root: Path, timeout: float | None = None,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
+def _generate_key(course_root: Path, chapter: str) -> str:
+    """What nbgrader's output depends on: the chapter's sources, the config, nbgrader itself."""
+    import nbgrader
+
+    digest = hashlib.sha256(tree_hash(course_root / "solutions" / chapter).encode())
+    digest.update((course_root / CONFIG_NAME).read_bytes())
+    digest.update(f"{nbgrader.__version__}|{sys.version}".encode())
+    return digest.hexdigest()[:24]
+
+
 def generate(course_root: Path, chapter: str) -> Path:
-    """``nbgrader generate_assignment`` for one chapter; returns the released folder."""
+    """``nbgrader generate_assignment`` for one chapter; returns the released folder.
+
+    The released files are cached by content (:func:`_generate_key`): the same sources under
+    the same config and nbgrader give the same files, so a second build, check or test of an
+    unchanged chapter copies them instead of running nbgrader again. The scratch course's
+    gradebook is only written on a miss; callers that read it use :func:`generate_uncached`.
+    """
+    released = course_root / "notebooks" / chapter
+    cached = cache_dir() / "generate" / f"{chapter}-{_generate_key(course_root, chapter)}"
+    if cached.is_dir():
+        if released.exists():
+            shutil.rmtree(released)
+        shutil.copytree(cached, released)
+        return released
+    generate_uncached(course_root, chapter)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=cached.parent, prefix=".tmp-"))
+    shutil.copytree(released, staging / "files")
+    try:  # another build may store the same entry at the same moment: one of them wins
+        os.replace(staging / "files", cached)
+    except OSError:
+        pass
+    shutil.rmtree(staging, ignore_errors=True)
+    return released
+
+
+def generate_uncached(course_root: Path, chapter: str) -> Path:
+    """``nbgrader generate_assignment`` for one chapter, always run (it also fills the scratch
+    course's gradebook, which grading reads for the points)."""
     result = nbgrader(["generate_assignment", chapter, "--force", "--create"], course_root)
     released = course_root / "notebooks" / chapter
     if result.returncode != 0 or not released.is_dir():

@@ -27,6 +27,7 @@ from typing import Any
 from helpers._records import compare
 from helpers.i18n import LANGUAGES, tr_in
 
+from . import syntax
 from .hidden import split_hidden, strip_expectations
 from .i18n import notebook_language, set_language_parameter
 
@@ -68,7 +69,7 @@ def helper_imports(solution: dict[str, Any]) -> str:
         if cell["cell_type"] != "code" or _meta(cell):
             continue
         try:
-            tree = ast.parse(_source(cell))
+            tree = syntax.parse(_source(cell))
         except SyntaxError:
             continue
         for node in tree.body:

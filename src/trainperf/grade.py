@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .copies import flags as copy_flags
-from .course import CourseError, chapter_notebook, chapters
+from .course import CourseError, cache_dir, chapter_notebook, chapters, tree_hash
 from .exam import CellVerdict, build_exam, events, score, solution_answers
 from .isolate import Isolation, KernelLimits, detect, execute, install_helpers_copy, pick_uids
 from .parts import course_version, student_order, write_details
-from .reference import ChapterTemplate, cache_dir, make_templates, reference_records, tree_hash
+from .reference import ChapterTemplate, make_templates, reference_records
 from .results import Outcome, StudentRow, load_progress, progress_line, write_csv, write_feedback
 from .shards import Shard, select, summarize
 from .submissions import discover, read_submission

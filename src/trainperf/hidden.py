@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import re
 
+from . import syntax
+
 HIDDEN_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) HIDDEN TESTS[ \t]*$", re.MULTILINE)
 HIDDEN_KINDS = ("close", "equal", "one_of")
 VISIBLE_CHECKS = ("close", "equal", "one_of", "at_most")
@@ -58,14 +60,14 @@ def strip_expectations(hidden: str) -> str:
     Raises SyntaxError when the hidden part does not parse on its own (a course bug that
     :func:`lint_hidden` reports first).
     """
-    tree = _Strip().visit(ast.parse(_hidden_body(hidden)))
+    tree = _Strip().visit(syntax.parse(_hidden_body(hidden)))
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
 def lint_hidden(hidden: str) -> list[str]:
     """What is wrong with a hidden part, in words; empty when it follows the format."""
     try:
-        tree = ast.parse(_hidden_body(hidden))
+        tree = syntax.parse(_hidden_body(hidden))
     except SyntaxError as exc:
         return [f"the hidden part does not parse on its own (markers must be at the top level): {exc}"]
     problems = []

@@ -30,6 +30,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from . import syntax
+
 #: The line of a parameters cell that names the notebook's language.
 LANGUAGE_LINE = re.compile(r'^LANGUAGE = "[a-z]+"', re.MULTILINE)
 STATUSES = ("complete", "in progress")
@@ -160,7 +162,7 @@ def code_strings(notebook: dict[str, Any]) -> set[str]:
         if cell["cell_type"] != "code":
             continue
         try:
-            tree = ast.parse(_source(cell))
+            tree = syntax.parse(_source(cell))
         except SyntaxError:
             continue
         found |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .course import CourseError, chapter_notebook, generate, make_scratch_course
+from .course import CourseError, cache_dir, chapter_notebook, generate_uncached, make_scratch_course
 from .exam import build_exam, check_records
 
 
@@ -32,12 +32,6 @@ class ChapterTemplate:
     source_hash: str  # solution + helpers + versions: the course version a grade refers to
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("TRAINPERF_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trainperf")
-    return Path(base)
-
-
 def _write_atomically(path: Path, text: str) -> None:
     """Another grading run may be writing the same cache entry: never leave half a file."""
     import tempfile
@@ -46,13 +40,6 @@ def _write_atomically(path: Path, text: str) -> None:
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
         fh.write(text)
     os.replace(fh.name, path)
-
-
-def tree_hash(folder: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def _versions() -> str:
@@ -88,7 +75,7 @@ def make_templates(root: Path, chapter_ids: list[str], scratch: Path, helpers_ha
 
         template = make_scratch_course(root, scratch / "template", [c for c, *_ in todo])
         for chapter, cached, solution, source_hash in todo:
-            released_dir = generate(template, chapter)
+            released_dir = generate_uncached(template, chapter)
             released = nbformat.read(released_dir / chapter_notebook(root, chapter).name, as_version=4)
             with Gradebook(f"sqlite:///{template / 'gradebook.db'}") as gb:
                 max_score = float(gb.find_assignment(chapter).max_score)
