@@ -325,8 +325,8 @@ def _bound(limiter_name: str) -> str:
 class RooflineExplorer:
     """Sliders for M, bytes per element, peak and bandwidth, plus device presets.
 
-    Choosing a preset gives that device's exact datasheet figures, even though the log
-    sliders can only show them rounded to their step; the title names the preset until a
+    Choosing a preset puts the peak and bandwidth sliders on that device's exact datasheet
+    figures (each preset value is one of their stops); the title names the preset until a
     slider is moved away from it, and then says "custom roofs". Displays as a live widget in
     Jupyter front ends with a widget manager; everywhere else (papermill, nbconvert, GitHub)
     the output also carries a static PNG of the same view.
