@@ -6,9 +6,9 @@ from __future__ import annotations
 import csv
 import json
 import os
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from helpers import _records, checks
 from trainperf.copies import flags
@@ -268,7 +268,7 @@ def test_every_ast_conversion_of_the_tooling_holds_the_lock():
     import ast as ast_module
 
     offenders = []
-    for path in sorted((Path(__file__).resolve().parents[1] / "src" / "trainperf").glob("*.py")):
+    for path in sorted((ROOT / "src" / "trainperf").glob("*.py")):
         if path.name == "syntax.py":
             continue
         for node in ast_module.walk(ast_module.parse(path.read_text(encoding="utf-8"))):
