@@ -189,3 +189,146 @@ def test_same_result_compares_values_not_identity():
     assert not bench.same_result([1.0, 2.0], [1.0, 2.1])
     assert not bench.same_result([1.0], [1.0, 2.0])
     assert bench.same_result({"loss": 3.0}, {"loss": torch.tensor(3.0)})
+
+
+# --------------------------------------------------------------------------- compare_speed
+
+class FakeClock:
+    """A host clock that moves only when a timed side runs: each side's calls take the next of
+    its programmed durations (seconds), so every verdict below comes from injected timings."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.calls: list[str] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def side(self, name: str, durations):
+        it = iter(durations)
+
+        def run():
+            self.calls.append(name)
+            self.now += next(it)
+        return run
+
+
+def noisy(mean: float, n: int = 2000, spread: float = 0.15, seed: int = 1) -> list[float]:
+    """Durations around ``mean`` with multiplicative noise (a busy machine), reproducibly."""
+    import random
+
+    rng = random.Random(seed)
+    return [mean * (1 + spread * (rng.random() - 0.5)) for _ in range(n)]
+
+
+def compared(base, tuned, **kw):
+    clock = FakeClock()
+    kw = {"device": "cpu", "number": 1, "clock": clock, "sync": lambda: None, **kw}
+    return bench.compare_speed(clock.side("a", base), clock.side("b", tuned), **kw), clock
+
+
+def test_an_a_a_pair_is_within_noise():
+    result, _ = compared(noisy(0.01, seed=1), noisy(0.01, seed=2))
+    assert result.verdict == "within noise" and not result.improved
+    assert result.low < 1 < result.high and result.pairs >= 10
+
+
+def test_a_two_times_pair_is_faster_one_way_and_slower_the_other():
+    fast, _ = compared(noisy(0.02, seed=3), noisy(0.01, seed=4))
+    assert fast.verdict == "faster" and fast.low <= 2 <= fast.high and fast.improved
+    slow, _ = compared(noisy(0.01, seed=5), noisy(0.02, seed=6))
+    assert slow.verdict == "slower" and slow.low <= 0.5 <= slow.high
+    text = str(fast)
+    assert text.startswith("tuned is faster than baseline: speed-up 2.0") and "95 % interval" in text
+    assert "interleaved pairs" in text and "CPU thread" in text
+
+
+def test_a_few_outlier_pairs_do_not_flip_a_verdict():
+    base = noisy(0.01, seed=7)
+    tuned = noisy(0.01, seed=8)
+    for i in (12, 15, 21):  # the machine stalls during three tuned calls
+        tuned[i] *= 30
+    result, _ = compared(base, tuned, min_pairs=30, max_pairs=30)
+    assert result.verdict == "within noise"
+    base = noisy(0.015, seed=9)
+    for i in (11, 14):  # and during two baseline calls of a real 1.5x
+        base[i] /= 20
+    result, _ = compared(base, noisy(0.01, seed=10), min_pairs=30, max_pairs=30)
+    assert result.verdict == "faster"
+
+
+def test_pairs_alternate_their_order_and_warm_up_is_not_timed():
+    base = [5.0, 5.0] + [0.02] * 50  # two slow warm-up calls: they must not count
+    result, clock = compared(base, [0.01] * 52, min_pairs=4, max_pairs=4, warmup=2)
+    assert clock.calls[:4] == ["a", "a", "b", "b"]  # warm-up: each side on its own
+    assert clock.calls[4:] == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert result.baseline.samples == pytest.approx([0.02] * 4) and result.baseline.first_call == 5.0
+    assert result.speedup == pytest.approx(2.0) and result.pairs == 4
+
+
+def test_it_stops_when_the_interval_is_narrow_or_the_budget_is_spent():
+    steady, _ = compared([0.01] * 500, [0.005] * 500, max_pairs=400)
+    assert steady.pairs < 20 and steady.stopped == "the interval was narrow enough"
+    busy, _ = compared(noisy(0.5, spread=1.0), noisy(0.5, spread=1.0, seed=3), max_seconds=20,
+                       target_width=0.001)
+    assert busy.stopped == "the time budget was spent" and 10 <= busy.pairs <= 22
+
+
+def test_both_sides_run_with_the_same_stated_thread_count_which_is_restored():
+    before = torch.get_num_threads()
+    seen = []
+
+    def side():
+        seen.append(torch.get_num_threads())
+    result = bench.compare_speed(side, side, threads=1, device="cpu", max_pairs=10, number=1)
+    assert set(seen) == {1} and result.threads == 1 and "1 CPU thread on cpu" in str(result)
+    assert torch.get_num_threads() == before
+
+
+def test_windows_are_timed_per_step():
+    clock = FakeClock()
+    windows = bench.compare_windows(clock.side("a", [0.3] * 40), clock.side("b", [0.1] * 40), steps=10,
+                                    device="cpu", clock=clock, sync=lambda: None, max_pairs=10)
+    assert windows.baseline.median == pytest.approx(0.03) and windows.verdict == "faster"
+    assert windows.speedup == pytest.approx(3.0) and windows.unit == "step" and "per step" in str(windows)
+
+
+def test_a_side_the_clock_cannot_resolve_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="took no measurable time") as raised:
+        bench.compare_windows(lambda: None, lambda: None, steps=10, device="cpu", clock=lambda: 0.0,
+                              sync=lambda: None)
+    assert "\n" not in str(raised.value)
+
+
+def test_the_verdict_rule_and_the_interval():
+    assert bench.verdict_of(1.03, 1.2) == "faster" and bench.verdict_of(0.5, 0.97) == "slower"
+    assert bench.verdict_of(1.01, 1.5) == "within noise" and bench.verdict_of(0.9, 1.1) == "within noise"
+    assert bench.verdict_of(1.01, 1.5, min_effect=0) == "faster"
+    mid, low, high = bench.interval([2.0] * 9)
+    assert (mid, low, high) == pytest.approx((2.0, 2.0, 2.0))
+    assert bench.interval([1.0, 1.1, 0.9, 1.05]) == bench.interval([1.0, 1.1, 0.9, 1.05])  # fixed seed
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"baseline": 3}, "baseline must be a function called with no arguments"),
+    ({"min_pairs": 2}, "min_pairs must be a whole number >= 3"),
+    ({"max_pairs": 5}, "max_pairs must be a whole number >= 10"),
+    ({"max_seconds": 0}, "max_seconds must be a positive number"),
+    ({"threads": 0}, "threads must be a whole number >= 1"),
+    ({"min_effect": -1}, "min_effect must be a number >= 0"),
+    ({"device": "tpu"}, "Unknown device"),
+])
+def test_compare_speed_refuses_bad_arguments_in_one_line(kwargs, message):
+    args = {"baseline": lambda: None, "tuned": lambda: None, **kwargs}
+    with pytest.raises((TypeError, ValueError), match=message) as raised:
+        bench.compare_speed(args.pop("baseline"), args.pop("tuned"), **args)
+    assert "\n" not in str(raised.value)
+    with pytest.raises(ValueError, match="steps must be a whole number >= 1"):
+        bench.compare_windows(lambda: None, lambda: None, steps=0)
+
+
+def test_calibrate_refuses_bad_arguments(capsys):
+    from helpers.bench._calibrate import main
+
+    assert main(["calibrate", "--trials", "0"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -130,7 +130,7 @@ def test_synchronize_waits_on_cuda_only(gpu):
 
 
 def test_measure_times_each_call_with_synchronised_cuda_events(gpu, monkeypatch):
-    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=HostClock()))
+    monkeypatch.setattr(bench._timing, "time", types.SimpleNamespace(perf_counter=HostClock()))
     calls = iter([(50.0, 10_000), (9.0, 9_000), (2.0, 1_000), (3.0, 3_000), (4.0, 2_000)])
     result = bench.measure(lambda: gpu.work(*next(calls)), warmup=2, iters=3, device="cuda")
     # device time from the events (ms -> s), not the host clock (which moves 1 s per reading)
@@ -151,6 +151,18 @@ def test_measure_with_an_injected_clock_uses_no_cuda_events(gpu, monkeypatch):
                            clock=HostClock(), sync=lambda: None)
     assert result.samples == [1.0, 1.0]
     assert result.peak_allocated_bytes == 500  # memory is still read on CUDA
+
+
+def test_compare_speed_times_each_sample_with_cuda_events(gpu, monkeypatch):
+    from helpers.bench import _speed
+
+    monkeypatch.setattr(_speed, "time", types.SimpleNamespace(perf_counter=HostClock()))
+    result = bench.compare_speed(lambda: gpu.work(2.0), lambda: gpu.work(1.0), device="cuda", number=1,
+                                 min_pairs=4, max_pairs=4, warmup=1)
+    # device time from the events, not the host clock (which moves 1 s per reading)
+    assert result.baseline.samples == pytest.approx([0.002] * 4) and result.device == "cuda"
+    assert result.speedup == pytest.approx(2.0) and result.verdict == "faster"
+    assert gpu.log == ["record", "work", "record", "event_sync"] * 10  # 2 cold calls + 4 pairs
 
 
 def test_profile_sync_events_counts_blocking_calls_and_drops_its_own_sync(gpu, monkeypatch):
@@ -629,10 +641,12 @@ def test_capstone_timed_windows_sync_only_at_window_edges_on_cuda(gpu, monkeypat
 # --------------------------------------------------------------------------- coverage guard
 
 COVERED = {  # function -> the test(s) above that exercise its CUDA branch
-    "bench.resolve_device": "test_auto_and_cuda_resolve_to_the_gpu_when_one_is_visible",
-    "bench.synchronize": "test_synchronize_waits_on_cuda_only",
-    "bench.measure": "test_measure_times_each_call_with_synchronised_cuda_events",
-    "bench.profile_sync_events": "test_profile_sync_events_counts_blocking_calls_and_drops_its_own_sync",
+    "bench._speed._Timer": "test_compare_speed_times_each_sample_with_cuda_events",
+    "bench._timing.resolve_device": "test_auto_and_cuda_resolve_to_the_gpu_when_one_is_visible",
+    "bench._timing.synchronize": "test_synchronize_waits_on_cuda_only",
+    "bench._timing.measure": "test_measure_times_each_call_with_synchronised_cuda_events",
+    "bench._syncs.profile_sync_events":
+        "test_profile_sync_events_counts_blocking_calls_and_drops_its_own_sync",
     "hardware.detect_gpu": "test_detect_gpu_reads_the_device_properties",
     "hardware._device_name": "test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32",
     "hardware.measure_device": "test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32",
@@ -699,7 +713,7 @@ def cuda_functions(src: Path = ROOT / "src" / "helpers") -> set[str]:
 
 def test_every_cuda_function_is_covered():
     found = cuda_functions()
-    assert "bench.measure" in found and "hardware.detect_gpu" in found  # the scan itself works
+    assert "bench._timing.measure" in found and "hardware.detect_gpu" in found  # the scan itself works
     missing = sorted(found - set(COVERED) - set(NOT_ON_CPU))
     assert not missing, (f"CUDA code without a CPU test in {Path(__file__).name}: {missing}; add a "
                          "test with the FakeGPU above (or, with a reason, to NOT_ON_CPU)")

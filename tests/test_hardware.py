@@ -140,3 +140,34 @@ def test_cuda_requested_without_gpu_is_a_clear_error():
         pytest.skip("a GPU is present")
     with pytest.raises(RuntimeError, match="no CUDA GPU"):
         hardware.measure_device("cuda")
+
+
+def _fake_sysfs(tmp_path, entries):
+    for i, (level, kind, size) in enumerate(entries):
+        folder = tmp_path / f"index{i}"
+        folder.mkdir()
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "type").write_text(f"{kind}\n")
+        (folder / "size").write_text(f"{size}\n")
+    return str(tmp_path)
+
+
+def test_last_level_cache_is_the_highest_data_or_unified_level_in_sysfs(tmp_path):
+    sysfs = _fake_sysfs(tmp_path, [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "2048K"),
+                                   (3, "Unified", "105M")])
+    size, source = hardware.last_level_cache("cpu", sysfs=sysfs)
+    assert size == 105 * 2**20 and source == "the CPU's L3 cache (Linux sysfs)"
+    assert hardware.last_level_cache("cpu", sysfs=str(tmp_path / "none")) == (
+        None, "the OS does not report the CPU caches (no sysfs cache entries)")
+
+
+def test_the_copy_buffer_is_eight_times_the_last_level_cache_or_says_what_it_assumed(monkeypatch):
+    l3 = (32 * 2**20, "the CPU's L3 cache (Linux sysfs)")
+    monkeypatch.setattr(hardware, "last_level_cache", lambda device: l3)
+    mib, note = hardware.main_memory_copy_mib("cpu", least_mib=64)
+    assert mib == 256 and "8x the CPU's L3 cache" in note and "main memory" in note
+    monkeypatch.setattr(hardware, "last_level_cache", lambda device: (None, "no sysfs"))
+    mib, note = hardware.main_memory_copy_mib("cpu")
+    assert mib == 8 * hardware.ASSUMED_LLC_BYTES // 2**20 and "assumed 32 MiB cache (no sysfs)" in note
+    monkeypatch.setattr(hardware, "last_level_cache", lambda device: (2 * 2**20, "L2"))
+    assert hardware.main_memory_copy_mib("cpu", least_mib=64)[0] == 64  # never below the floor

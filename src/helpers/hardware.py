@@ -244,6 +244,7 @@ class MeasuredDevice:
     copy_bytes: int = 0
     copy_bandwidth: float = 0.0  # best achieved B/s (read + write)
     copy_run: Measurement | None = None
+    copy_note: str = ""  # the buffer's size against the last-level cache: which memory it measured
 
     def summary(self) -> str:
         lines = [f"Measured on {self.name} ({self.device}), fastest of the timed runs after warm-up:"]
@@ -256,6 +257,8 @@ class MeasuredDevice:
             lines.append(f"  copy {self.copy_bytes / 2**21:.0f} MiB buffer: "
                          f"{self.copy_bandwidth / GIGA:8.1f} GB/s (read + write; best of "
                          f"{len(self.copy_run.samples)}, spread {self.copy_run.spread:.0%})")
+            if self.copy_note:
+                lines.append(f"    ({self.copy_note})")
         lines += [f"  WARNING: {w}" for w in self.warnings()]
         return "\n".join(lines)
 
@@ -277,6 +280,64 @@ def _device_name(device: torch.device) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
+_SYS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
+ASSUMED_LLC_BYTES = 32 * 2**20  # used, and said, when the OS does not report the cache
+LLC_MULTIPLE = 8  # a copy this many times the last-level cache measures main memory
+
+
+def _size_bytes(text: str) -> int:
+    """``"32768K"`` / ``"1M"`` / ``"512"`` (sysfs cache sizes) -> bytes."""
+    text = text.strip().upper()
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+def last_level_cache(device: str | torch.device = "cpu", sysfs: str = _SYS_CACHE) -> tuple[int | None, str]:
+    """(bytes, where the figure came from) of the last-level cache in front of ``device``'s memory.
+
+    CPU: the highest-level data or unified cache Linux lists in sysfs. GPU: the L2 cache
+    torch reports. ``(None, reason)`` where neither is known (the copy size then assumes
+    :data:`ASSUMED_LLC_BYTES` and says so).
+    """
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        size = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0)
+        return (int(size), "the GPU's L2 cache (torch.cuda.get_device_properties)") if size else \
+            (None, "torch does not report this GPU's L2 cache size")
+    import glob
+    import os
+
+    best: tuple[int, int] | None = None
+    for folder in glob.glob(os.path.join(sysfs, "index*")):
+        try:
+            with open(os.path.join(folder, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(folder, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(folder, "size")) as f:
+                size = _size_bytes(f.read())
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified") and (best is None or level > best[0]):
+            best = (level, size)
+    if best is None:
+        return None, "the OS does not report the CPU caches (no sysfs cache entries)"
+    return best[1], f"the CPU's L{best[0]} cache (Linux sysfs)"
+
+
+def main_memory_copy_mib(device: str | torch.device = "cpu", least_mib: int = 0) -> tuple[int, str]:
+    """MiB of a copy buffer large enough to measure main memory, not a cache: at least
+    :data:`LLC_MULTIPLE` times the last-level cache (and at least ``least_mib``), with a
+    sentence saying which cache that was and where its size came from."""
+    size, source = last_level_cache(device)
+    note = f"{LLC_MULTIPLE}x {source}"
+    if size is None:
+        size = ASSUMED_LLC_BYTES
+        note = f"{LLC_MULTIPLE}x an assumed {size // 2**20} MiB cache ({source})"
+    mib = max(least_mib, -(-LLC_MULTIPLE * size // 2**20))
+    return mib, f"{mib} MiB is {note} of {size / 2**20:g} MiB, so the copy reads and writes main memory"
+
+
 def measure_device(
     device: str | torch.device = "auto",
     dtypes: Sequence[str] | None = None,
@@ -287,9 +348,10 @@ def measure_device(
     """Measure achieved GEMM FLOP/s per dtype and copy bandwidth on ``device``.
 
     GEMM: ``gemm_n``-cubed matmul, 2·n³ FLOPs per call. Copy: ``dst.copy_(src)`` of
-    ``copy_mib`` MiB, counted as read + write (2 × size bytes). Runs are timed after warm-up
-    and synchronized (CUDA events on a GPU); each figure is the FASTEST run, because a roof is
-    a best case. These are achieved figures, not datasheet peaks.
+    ``copy_mib`` MiB (default: :data:`LLC_MULTIPLE` times the last-level cache, so it measures
+    main memory; :func:`main_memory_copy_mib`), counted as read + write (2 × size bytes).
+    Runs are timed after warm-up and synchronized (CUDA events on a GPU); each figure is the
+    FASTEST run, because a roof is a best case. These are achieved figures, not datasheet peaks.
     """
     dev = resolve_device(device)
     if dtypes is None:
@@ -297,9 +359,13 @@ def measure_device(
     if gemm_n is None:
         gemm_n = (512 if quick else 1024) if dev.type == "cpu" else (4096 if quick else 8192)
     if copy_mib is None:
-        copy_mib = (32 if quick else 256) if dev.type == "cpu" else (512 if quick else 2048)
+        copy_mib, copy_note = main_memory_copy_mib(dev, least_mib=64 if dev.type == "cpu" else 512)
+    else:
+        size, source = last_level_cache(dev)
+        copy_note = (f"{copy_mib} MiB, {copy_mib * 2**20 / size:.1f}x {source}" if size
+                            else f"{copy_mib} MiB ({source})")
     iters = 5 if quick else 20
-    result = MeasuredDevice(str(dev), _device_name(dev), gemm_n)
+    result = MeasuredDevice(str(dev), _device_name(dev), gemm_n, copy_note=copy_note)
     for key in dtypes:
         key = dtype_key(key)
         if key == "fp8":

@@ -27,7 +27,7 @@ from typing import Any
 from helpers._records import compare
 from helpers.i18n import LANGUAGES, tr_in
 
-from . import syntax
+from . import prune, syntax
 from .hidden import split_hidden, strip_expectations
 from .i18n import notebook_language, set_language_parameter
 
@@ -102,7 +102,8 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
     """Merge trusted cells with the learner's answers into the notebook to execute.
 
     The exam ends with the last test cell: teaching cells after it (measurements, live tuning)
-    cannot change a grade, so grading does not spend time on them.
+    cannot change a grade, so grading does not spend time on them. Nor on a teaching cell
+    before it whose results no answer, test or learner cell reads (:mod:`trainperf.prune`).
 
     With ``submission=None`` this is the **reference exam**: the solution's own answers, and
     the hidden tests with their expected side, for the trusted reference run.
@@ -136,7 +137,14 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
     cells: list[dict[str, Any]] = []
     graded: list[GradedCell] = []
     answers: dict[str, int] = {}
-    cells += [_code(_source(c)) for c in extras_after.get("__start__", [])]
+    learners: set[int] = set()  # the learner's own extra cells: they always run
+
+    def add_extras(key: str) -> None:
+        for extra in extras_after.get(key, []):
+            learners.add(len(cells))
+            cells.append(_code(_source(extra)))
+
+    add_extras("__start__")
     for cell in released["cells"]:
         meta = _meta(cell)
         gid = meta.get("grade_id")
@@ -153,10 +161,16 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
             cells.append(_code(_source(mine)) if cell["cell_type"] == "code" else copy.deepcopy(mine))
         else:
             cells.append(copy.deepcopy(cell))
-        key = f"grade:{gid}" if gid else f"id:{cell.get('id')}"
-        cells += [_code(_source(c)) for c in extras_after.get(key, [])]
+        add_extras(f"grade:{gid}" if gid else f"id:{cell.get('id')}")
     if graded:  # nothing after the last test cell can change a grade: it is not run
         cells = cells[:graded[-1].index + 1]
+    # nor can a teaching cell whose results no answer, test or learner cell reads
+    must_run = {g.index for g in graded} | set(answers.values()) | learners | _preamble(cells)
+    kept = prune.needed_cells(cells, {i for i in must_run if i < len(cells)})
+    moved = {old: new for new, old in enumerate(kept)}
+    cells = [cells[i] for i in kept]
+    graded = [GradedCell(g.grade_id, g.points, moved[g.index]) for g in graded]
+    answers = {gid: moved[i] for gid, i in answers.items() if i in moved}
     notebook = copy.deepcopy(released)
     notebook["cells"] = cells
     lang = "en" if reference else notebook_language(submission)
@@ -165,6 +179,16 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
         # visible checks print changes, never what the hidden checks record
         set_language_parameter(notebook, lang)
     return Exam(notebook, graded, answers, separator, notes, lang if lang in LANGUAGES else "en")
+
+
+def _preamble(cells: list[dict[str, Any]]) -> set[int]:
+    """The parameters cell and the set-up cell after it: they always run (the device, the
+    language of the check messages, the runtime's seeds and threads)."""
+    for i, cell in enumerate(cells):
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            after = next((j for j in range(i + 1, len(cells)) if cells[j].get("cell_type") == "code"), i)
+            return {i, after}
+    return set()
 
 
 def _test_cell_notes(tests: dict[str, dict[str, Any]], mine: dict[str, dict[str, Any]],
