@@ -138,8 +138,11 @@ def test_compare_plans_on_the_cpu():
     assert [r.plan for r in rows] == ["none", "every"]
     assert all(r.saved_bytes == r.predicted_bytes and r.cuda_peak is None for r in rows)
     assert rows[1].saved_bytes < rows[0].saved_bytes and rows[1].executed_flops > rows[0].executed_flops
+    assert rows[0].vs_none is None and rows[1].vs_none.names == ("none", "every")
+    assert rows[1].step is rows[1].vs_none.tuned and rows[0].step is rows[1].vs_none.baseline
     text = ck.format_plans(rows)
-    assert text.count("\n") == 3 and "every" in text
+    assert text.count("\n") == 3 and "every" in text and "(the baseline)" in text
+    assert f"[{rows[1].vs_none.low:.2f}, {rows[1].vs_none.high:.2f}] {rows[1].vs_none.verdict}" in text
 
 
 def test_spelled_out_attention_and_dropout_in_eval_mode_change_no_output():

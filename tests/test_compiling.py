@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from helpers import compiling
+from helpers import bench, compiling
 
 # --------------------------------------------------------------------------- break-even
 
@@ -171,13 +171,15 @@ def test_report_with_the_eager_backend_measures_and_checks(capfd):
     r = compiling.report(compiling.bias_gelu_dropout_residual, inputs, backend="eager", warmup=1, iters=3,
                          shapes=shapes)
     assert r.matches and r.max_abs_diff == 0.0 and (r.graphs.graphs, r.graphs.breaks) == (1, 0)
-    assert r.first_call_s > 0 and len(r.eager.samples) == len(r.compiled.samples) == 3
+    assert r.first_call_s > 0 and len(r.eager.samples) == len(r.compiled.samples) == r.speed.pairs >= 3
+    assert r.speedup == r.speed.speedup and r.speed.verdict in bench.VERDICTS
     assert r.break_even == compiling.break_even_steps(r.first_call_s, r.eager.median, r.compiled.median)
     assert (r.rtol, r.atol) == (1.3e-6, 1e-5)  # torch.testing's float32 defaults, stated in the report
     assert [sum(e.compiled for e in r.recompiles[m]) for m in ("auto", "dynamic")] == [2, 1]
     text = r.format()
     assert "first compiled call" in text and "not used (backend 'eager'" in text
     assert "matches eager        yes" in text
+    assert f"steady speed-up      {r.speedup:.2f}x (95 % interval {r.speed.low:.2f}x" in text
     assert capfd.readouterr().err == ""
 
 

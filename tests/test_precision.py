@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from helpers import precision
+from helpers import bench, precision
 
 # --------------------------------------------------------------------------- formats
 
@@ -284,9 +284,22 @@ def test_speedups_on_a_cpu_use_measured_roofs(monkeypatch):
 
     monkeypatch.setattr(hardware, "measure_device", fake_measure_device)
     monkeypatch.setattr(mfu, "measure_training", fake_training)
+    from helpers.precision import _training
+
+    compared = []
+
+    def fake_compare(fp32, bf16, **kw):
+        compared.append(kw["names"])
+        return bench.SpeedComparison(1.25, 1.2, 1.3, "faster", 12, Measurement([0.02] * 3, 0.1, "cpu"),
+                                     Measurement([0.016] * 3, 0.1, "cpu"), 2, "cpu", kw["names"])
+    monkeypatch.setattr(_training, "compare_speed", fake_compare)
     result = precision.measure_speedups("cpu")
+    assert compared == [("fp32", "bf16")]
     assert runs == [("tiny", None, 1e11), ("tiny", "bf16", 3e11)]
     assert result.peaks == {} and result.bandwidth == 2e10
     assert result.gemm_speedup == pytest.approx(3.0) and result.step_speedup == pytest.approx(1.25)
-    assert "no datasheet" in result.format() and "training step 1.25x" in result.format()
+    assert "no datasheet" in result.format()
+    said = ("training step: 1.25x (95 % interval 1.20x to 1.30x, 12 interleaved pairs): "
+            "bf16 is faster than fp32")
+    assert said in result.format()
     assert len(precision.plot_speedups(result).lines) >= 4

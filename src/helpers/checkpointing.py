@@ -31,7 +31,7 @@ from torch.utils.checkpoint import checkpoint
 
 from . import memory, models
 from ._validate import count as _count
-from .bench import Measurement, measure, resolve_device
+from .bench import Measurement, SpeedComparison, compare_speed, measure, resolve_device
 
 #: The plans of the chapter's menu, in no particular order of cost.
 MENU = ("none", "selective", "every:4", "every:3", "every:2", "every")
@@ -219,31 +219,47 @@ class PlanResult:
     executed_flops: int  # FlopCounterMode, one training step
     model_flops: float  # chapter 2's formula: what the step is worth
     cuda_peak: int | None  # max_memory_allocated of one step on a GPU; None on a CPU
+    vs_none: SpeedComparison | None = None  # plan "none" against this plan, interleaved; None for "none"
 
 
 def compare_plans(config: Any, batch: int, seq_len: int | None = None, plans: Sequence[str] = MENU, *,
-                  device: str | torch.device = "cpu", iters: int = 5, warmup: int = 2) -> list[PlanResult]:
+                  device: str | torch.device = "cpu", iters: int = 5, warmup: int = 2,
+                  max_seconds: float = 3.0) -> list[PlanResult]:
     """Each plan on the same model, weights and batch: saved bytes (measured and predicted),
-    step time (median of ``iters`` after ``warmup``, no hooks attached), executed FLOPs
-    and, on a GPU, the peak allocated memory of one step."""
+    executed FLOPs, on a GPU the peak allocated memory of one step, and its step time against
+    plan ``"none"``: both timed in interleaved pairs with no hooks attached
+    (``bench.compare_speed``: at least ``iters`` pairs after ``warmup``, at most
+    ``max_seconds`` per plan), with the speed-up's interval and verdict."""
     from . import mfu
 
     dev = resolve_device(device)
     cfg = models.get_config(config)
     seq_len = cfg.seq_len if seq_len is None else seq_len
     idx, targets = models.make_batch(cfg, batch, seq_len, dev)
-    rows = []
-    for plan in plans:
+    steps, facts = {}, {}
+    for plan in dict.fromkeys(["none", *plans]):
         model = apply(models.build_model(cfg, dev), plan)
         saved = memory.saved_tensor_bytes(lambda m=model: m(idx, targets)).activations
-        step = models.make_train_step(model, (idx, targets))
-        timing = measure(step, warmup=warmup, iters=iters, device=dev)
+        steps[plan] = step = models.make_train_step(model, (idx, targets))
         executed = mfu.count_flops(step)
         peak = None
         if dev.type == "cuda":
             peak = memory.cuda_memory(step, device=dev, snapshot=None, history=False).peak
-        rows.append(PlanResult(plan, saved, predicted_saved_bytes(cfg, batch, seq_len, plan), timing,
-                               executed, mfu.model_flops_per_step(cfg, batch, seq_len), peak))
+        facts[plan] = (saved, executed, peak)
+    speeds = {plan: compare_speed(steps["none"], steps[plan], device=dev, warmup=warmup, number=1,
+                                  min_pairs=max(3, iters), max_seconds=max_seconds, names=("none", plan))
+              for plan in plans if plan != "none"}
+    rows = []
+    for plan in plans:
+        saved, executed, peak = facts[plan]
+        if plan == "none":
+            timing = next(iter(speeds.values())).baseline if speeds else measure(
+                steps[plan], warmup=warmup, iters=max(3, iters), device=dev)
+        else:
+            timing = speeds[plan].tuned
+        predicted = predicted_saved_bytes(cfg, batch, seq_len, plan)
+        rows.append(PlanResult(plan, saved, predicted, timing, executed,
+                               mfu.model_flops_per_step(cfg, batch, seq_len), peak, speeds.get(plan)))
     return rows
 
 
@@ -251,15 +267,22 @@ def format_plans(rows: Sequence[PlanResult]) -> str:
     """The measured plans side by side (deterministic columns first, timings last)."""
     base = next((r for r in rows if r.plan == "none"), rows[0])
     head = (f"{'plan':<10} {'saved MiB':>10} {'predicted':>10} {'vs none':>8} {'executed GFLOP':>15} "
-            f"{'HFU/MFU':>8} {'step ms (median, spread)':>26}")
+            f"{'HFU/MFU':>8} {'step ms (median, spread)':>26}  speed against none (95 % interval)")
     lines = [head, "-" * len(head)]
     for r in rows:
         peak = f"  CUDA peak {r.cuda_peak / 2**20:,.0f} MiB" if r.cuda_peak is not None else ""
         lines.append(f"{r.plan:<10} {r.saved_bytes / 2**20:>10.3f} {r.predicted_bytes / 2**20:>10.3f} "
                      f"{r.saved_bytes / base.saved_bytes:>8.0%} {r.executed_flops / 1e9:>15.3f} "
                      f"{r.executed_flops / base.executed_flops:>8.3f} "
-                     f"{r.step.median * 1e3:>17.2f} ({r.step.spread:4.0%}){peak}")
+                     f"{r.step.median * 1e3:>17.2f} ({r.step.spread:4.0%})  {_against_none(r)}{peak}")
     return "\n".join(lines)
+
+
+def _against_none(row: PlanResult) -> str:
+    s = row.vs_none
+    if s is None:
+        return "(the baseline)" if row.plan == "none" else "not compared"
+    return f"{s.speedup:.2f}x [{s.low:.2f}, {s.high:.2f}] {s.verdict}"
 
 
 @dataclass(frozen=True)

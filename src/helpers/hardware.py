@@ -359,7 +359,8 @@ def measure_device(
     if gemm_n is None:
         gemm_n = (512 if quick else 1024) if dev.type == "cpu" else (4096 if quick else 8192)
     if copy_mib is None:
-        copy_mib, copy_note = main_memory_copy_mib(dev, least_mib=64 if dev.type == "cpu" else 512)
+        least = 64 if dev.type == "cpu" else (512 if quick else 2048)
+        copy_mib, copy_note = main_memory_copy_mib(dev, least_mib=least)
     else:
         size, source = last_level_cache(dev)
         copy_note = (f"{copy_mib} MiB, {copy_mib * 2**20 / size:.1f}x {source}" if size

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from .._validate import positive
-from ..bench import Measurement, measure, resolve_device, synchronize
+from ..bench import Measurement, SpeedComparison, compare_speed, resolve_device, synchronize
 from ._graphs import CompileEvent, GraphReport, graph_breaks, quiet, recompiles
 
 
@@ -112,15 +112,26 @@ class CompileReport:
     atol: float
     mismatch: str = ""
     recompiles: dict[str, list[CompileEvent]] = field(default_factory=dict)
+    speed: SpeedComparison | None = None  # eager against compiled, interleaved, with its verdict
 
     @property
     def speedup(self) -> float:
-        """Steady-state eager median / compiled median."""
+        """Steady-state eager time / compiled time: the median over interleaved pairs."""
+        if self.speed is not None:
+            return self.speed.speedup
         return self.eager.median / self.compiled.median
 
     @property
     def break_even(self) -> int | float:
         return break_even_steps(self.first_call_s, self.eager.median, self.compiled.median)
+
+    def _speed_text(self) -> str:
+        if self.speed is None:
+            return f"{self.speedup:.2f}x"
+        s = self.speed
+        said = {"faster": "compiled is faster", "slower": "compiled is slower",
+                "within noise": "within noise: no difference this run can show"}[s.verdict]
+        return f"{s.speedup:.2f}x (95 % interval {s.low:.2f}x to {s.high:.2f}x, {s.pairs} pairs): {said}"
 
     def format(self) -> str:
         def ms(m: Measurement) -> str:
@@ -129,12 +140,14 @@ class CompileReport:
 
         even = ("never (compiled is not faster)" if math.isinf(self.break_even)
                 else f"{self.break_even:,} steps")
+        if self.speed is not None and self.speed.verdict != "faster":
+            even = f"none this run can show (compiled is {self.speed.verdict}, not faster)"
         verdict = "yes" if self.matches else f"NO ({self.mismatch})"
         lines = [f"{self.name} on {self.device}, backend {self.backend!r}",
                  f"  first compiled call  {self.first_call_s:.3f} s  (compile + one run; {self.cache})",
                  f"  eager step           {ms(self.eager)}",
                  f"  compiled step        {ms(self.compiled)}",
-                 f"  steady speed-up      {self.speedup:.2f}x",
+                 f"  steady speed-up      {self._speed_text()}",
                  f"  break-even           {even}",
                  f"  graphs / breaks      {self.graphs.graphs} / {self.graphs.breaks}",
                  *[f"    {r}" for r in self.graphs.reasons],
@@ -174,13 +187,14 @@ def _compare(compiled_out: Any, eager_out: Any, rtol: float | None, atol: float 
 def report(fn: Callable[..., Any], example_inputs: Sequence[Any], *, name: str | None = None,
            shapes: Sequence[Sequence[Any]] | None = None, backend: str = "inductor",
            mode: str | None = None, warmup: int = 3, iters: int = 10, rtol: float | None = None,
-           atol: float | None = None) -> CompileReport:
+           atol: float | None = None, max_seconds: float = 3.0) -> CompileReport:
     """Compile ``fn`` and measure what it cost and what it bought, on its inputs' device.
 
     In order: graphs and graph breaks with their reasons (``torch._dynamo.explain``); the
     first compiled call (compile + one run, timed with synchronisation) and whether the FX
-    graph cache had it; steady-state eager and compiled step times (``bench.measure``:
-    warm-up, medians, spread); break-even; whether the compiled output matches eager
+    graph cache had it; steady-state eager and compiled step times, timed in interleaved pairs
+    by ``bench.compare_speed`` (at least ``iters`` pairs, at most ``max_seconds`` of timing),
+    with the speed-up's interval and verdict; break-even; whether the compiled output matches eager
     (``torch.testing.assert_close``; the tolerance defaults to torch's for the output
     dtype and is stated in the report). With ``shapes`` — more input tuples, e.g. other
     batch sizes — it also counts the compilations they trigger with torch.compile's
@@ -207,11 +221,12 @@ def report(fn: Callable[..., Any], example_inputs: Sequence[Any], *, name: str |
         first = time.perf_counter() - start
         cache = _cache_outcome(before, _counters(), backend)
         with torch.no_grad():
-            eager_run = measure(lambda: fn(*inputs), warmup=warmup, iters=iters, device=device)
-            compiled_run = measure(lambda: compiled(*inputs), warmup=warmup, iters=iters, device=device)
+            speed = compare_speed(lambda: fn(*inputs), lambda: compiled(*inputs), device=device,
+                                  warmup=warmup, min_pairs=max(3, iters), max_pairs=max(3, iters) * 20,
+                                  max_seconds=max_seconds, names=("eager", "compiled"))
     matches, diff, rtol, atol, why = _compare(compiled_out, eager_out, rtol, atol)
-    result = CompileReport(label, str(device), backend, first, eager_run, compiled_run, graphs, cache,
-                           diff, matches, rtol, atol, why)
+    result = CompileReport(label, str(device), backend, first, speed.baseline, speed.tuned, graphs, cache,
+                           diff, matches, rtol, atol, why, speed=speed)
     if shapes:
         calls = [inputs, *[tuple(s) for s in shapes]]
         with torch.no_grad():

@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import hardware, i18n, mfu, models
 from .._validate import count, positive
-from ..bench import resolve_device
+from ..bench import SpeedComparison, compare_speed, resolve_device
 from ..i18n import text, tr
 
 #: Ops that only change a tensor's view or bookkeeping: left out of the autocast table.
@@ -220,6 +220,7 @@ class Speedups:
     peaks: dict[str, float]  # datasheet dense peak per dtype (GPU in the table), else empty
     bandwidth: float  # datasheet (GPU) or measured copy bandwidth (CPU), B/s
     config: str
+    step_speed: SpeedComparison | None = None  # fp32 against bf16 steps, interleaved, with a verdict
 
     @property
     def gemm_speedup(self) -> float:
@@ -227,6 +228,9 @@ class Speedups:
 
     @property
     def step_speedup(self) -> float:
+        """fp32 step time / bf16 step time: from the interleaved comparison when there is one."""
+        if self.step_speed is not None:
+            return self.step_speed.speedup
         return self.step_s["fp32"] / self.step_s["bf16"]
 
     def format(self) -> str:
@@ -238,15 +242,34 @@ class Speedups:
         for key, seconds in self.step_s.items():
             lines.append(f"  training step ({self.config}) {key:>4}: {seconds * 1e3:9.2f} ms, "
                          f"{self.step_flops[key] / 1e12:.3f} model TFLOP/s")
-        lines.append(f"  bf16 speed-up: GEMM {self.gemm_speedup:.2f}x, "
-                     f"training step {self.step_speedup:.2f}x")
+        lines.append(f"  bf16 / fp32 GEMM throughput (best runs): {self.gemm_speedup:.2f}x")
+        if self.step_speed is None:
+            lines.append(f"  bf16 speed-up: training step {self.step_speedup:.2f}x")
+        else:
+            s = self.step_speed
+            lines.append(f"  bf16 speed-up, training step: {s.speedup:.2f}x (95 % interval {s.low:.2f}x to "
+                         f"{s.high:.2f}x, {s.pairs} interleaved pairs): bf16 is {s.verdict}"
+                         + ("" if s.verdict == "within noise" else " than fp32"))
         return "\n".join(lines)
 
 
-def measure_speedups(device: str | torch.device = "auto", quick: bool = True, iters: int = 5) -> Speedups:
+def _dtype_steps(cfg: models.GPTConfig, dev: torch.device) -> dict[str, Any]:
+    """A training step of the course model in fp32 and one in bf16 autocast, each its own model."""
+    steps = {}
+    for key, amp in (("fp32", None), ("bf16", torch.bfloat16)):
+        batch = models.make_batch(cfg, 8, cfg.seq_len, dev)
+        steps[key] = models.make_train_step(models.build_model(cfg, dev), batch, autocast_dtype=amp)
+    return steps
+
+
+def measure_speedups(device: str | torch.device = "auto", quick: bool = True, iters: int = 5,
+                     max_seconds: float | None = None) -> Speedups:
     """Measure a GEMM and the course model's training step in fp32 and with bf16 (autocast for
     the step). On a GPU in ``helpers.hardware`` the peaks are its dense datasheet figures (bf16
-    on tensor cores); on a CPU there is no datasheet, and the roofline is the measured one."""
+    on tensor cores); on a CPU there is no datasheet, and the roofline is the measured one.
+    The step's speed-up comes from fp32 and bf16 steps timed in interleaved pairs
+    (``bench.compare_speed``, at most ``max_seconds``: 3 s quick, 15 s otherwise), with its
+    interval and verdict."""
     dev = resolve_device(device)
     measured = hardware.measure_device(dev, dtypes=["fp32", "bf16"], quick=quick)
     spec = hardware.detect_gpu() if dev.type == "cuda" else None
@@ -260,8 +283,12 @@ def measure_speedups(device: str | torch.device = "auto", quick: bool = True, it
                                    iters=iters, peak=peak, quick=quick)
         step_s[key] = run.step.median
         step_flops[key] = run.model_flops_per_step / run.step.median
+    steps = _dtype_steps(cfg, dev)
+    budget = max_seconds if max_seconds is not None else (3.0 if quick else 15.0)
+    speed = compare_speed(steps["fp32"], steps["bf16"], device=dev, min_pairs=max(5, iters), number=1,
+                          max_seconds=budget, names=("fp32", "bf16"))
     return Speedups(str(dev), measured.name, measured.gemm_n, dict(measured.gemm_flops), step_s, step_flops,
-                    peaks, bandwidth, cfg.name)
+                    peaks, bandwidth, cfg.name, speed)
 
 
 def plot_speedups(result: Speedups, ax: Any = None) -> Any:
