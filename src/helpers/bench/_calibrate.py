@@ -61,7 +61,7 @@ def _line(row: dict) -> str:
             f"median speed-up {row['median_speedup']:.2f}x, median interval width {row['median_width']:.0%}")
 
 
-def calibrate(trials: int = 40, hog: int = 1, max_seconds: float = 1.0, size: int = 192) -> tuple[dict, dict]:
+def calibrate(trials: int = 40, hog: int = 1, max_seconds: float = 2.0, size: int = 192) -> tuple[dict, dict]:
     """Run the A/A and the 1.5x trials (with ``hog`` busy processes beside them)."""
     spinners = [mp.get_context("spawn").Process(target=_spin, daemon=True) for _ in range(hog)]
     for p in spinners:
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     cal = sub.add_parser("calibrate", help="false-verdict and detection rates with a CPU hog running")
     cal.add_argument("--trials", type=int, default=40, help="trials of each kind (default 40)")
     cal.add_argument("--hog", type=int, default=1, help="busy processes beside the timing (default 1)")
-    cal.add_argument("--max-seconds", type=float, default=1.0,
-                     help="time budget of one comparison (default 1)")
+    cal.add_argument("--max-seconds", type=float, default=2.0,
+                     help="time budget of one comparison (default 2)")
     cal.add_argument("--size", type=int, default=192, help="matrix size of the workload (default 192)")
     args = parser.parse_args(argv)
     if args.trials < 1 or args.hog < 0 or not args.max_seconds > 0 or args.size < 8:
