@@ -31,7 +31,7 @@ from torch.utils.checkpoint import checkpoint
 
 from . import memory, models
 from ._validate import count as _count
-from .bench import Measurement, SpeedComparison, compare_speed, measure, resolve_device
+from .bench import Measurement, SpeedComparison, compare_speed, measure, resolve_device, summary_line
 
 #: The plans of the chapter's menu, in no particular order of cost.
 MENU = ("none", "selective", "every:4", "every:3", "every:2", "every")
@@ -282,7 +282,7 @@ def _against_none(row: PlanResult) -> str:
     s = row.vs_none
     if s is None:
         return "(the baseline)" if row.plan == "none" else "not compared"
-    return f"{s.speedup:.2f}x [{s.low:.2f}, {s.high:.2f}] {s.verdict}"
+    return summary_line(s)
 
 
 @dataclass(frozen=True)
