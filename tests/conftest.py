@@ -13,6 +13,12 @@ CHAPTERS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() a
 
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# One compute thread per process: pytest-xdist runs one worker per core, and each worker's
+# notebook kernel with as many threads as cores oversubscribes the machine (OpenMP threads spin
+# while they wait). Two chapters run side by side on 2 cores took 87 and 95 s with 2 threads
+# each, 27 and 34 s with one. The grading sandbox already runs kernels this way. Set
+# OMP_NUM_THREADS yourself to override.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")

@@ -9,20 +9,31 @@ from __future__ import annotations
 
 import pytest
 from conftest import CHAPTERS, ROOT
+from nbformat import read
 
+from trainperf import prune
 from trainperf.course import chapter_notebook
 from trainperf.discriminate import load_mistakes, solution_answers, with_answers
+from trainperf.exam import _preamble
 from trainperf.stock import autograde
 
 pytestmark = pytest.mark.notebooks
 
 
-def through_last_test(nb):
-    """The submission without the teaching cells after its last test cell, as a learner may
-    hand it in: cells run in order, so nothing after the last graded cell can change a grade,
-    and nbgrader need not spend a run of the chapter's closing measurements on it."""
-    last = max(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade"))
-    nb.cells = nb.cells[:last + 1]
+def graded_part(nb, solution):
+    """The submission without the teaching cells that cannot change a grade, as a learner may
+    hand it in: those after the last test cell, and those before it whose results no answer,
+    test or set-up cell reads (the same analysis ``trainperf grade`` uses, trainperf.prune).
+    The analysis reads the solution's test cells, since nbgrader puts their hidden part back
+    before it runs them. nbgrader then need not spend a run of the chapter's measurements."""
+    hidden = {c.metadata["nbgrader"]["grade_id"]: c.source for c in solution.cells
+              if c.metadata.get("nbgrader", {}).get("grade")}
+    meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
+    seen = [{**c, "source": hidden.get(m.get("grade_id"), c.source)}
+            for c, m in zip(nb.cells, meta, strict=True)]
+    last = max(i for i, m in enumerate(meta) if m.get("grade"))
+    must_run = {i for i, m in enumerate(meta) if m.get("grade") or m.get("solution")} | _preamble(seen)
+    nb.cells = [nb.cells[i] for i in prune.needed_cells(seen[:last + 1], must_run)]
     return nb
 
 
@@ -35,7 +46,8 @@ def test_stock_nbgrader_autograde_discriminates(chapter, tmp_path):
     submissions = {"stub": with_answers(released, {}),
                    "solution": with_answers(released, solution_answers(chapter_notebook(ROOT, chapter))),
                    "mistakes": with_answers(released, first_mistakes)}
-    submissions = {student: through_last_test(nb) for student, nb in submissions.items()}
+    solution = read(chapter_notebook(ROOT, chapter), as_version=4)
+    submissions = {student: graded_part(nb, solution) for student, nb in submissions.items()}
     scores = autograde(ROOT, chapter, submissions, tmp_path / "course")
     cells = scores["solution"]
     assert cells and all(points > 0 for points in cells.values()), scores
@@ -43,8 +55,6 @@ def test_stock_nbgrader_autograde_discriminates(chapter, tmp_path):
         assert set(scores[student]) == set(cells)
         assert all(points == 0 for points in scores[student].values()), (student, scores[student])
     # full marks on every cell: compare with the points nbgrader gives each cell
-    from nbformat import read
-
     points = {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"])
               for c in read(released, as_version=4).cells if c.metadata.get("nbgrader", {}).get("grade")}
     assert cells == points

@@ -61,9 +61,11 @@ def test_nbval_lax_on_the_chinese_edition(chapter, executed_dir, tmp_path):
     assert i18n.set_language_parameter(zh, "zh"), "the parameters cell has no LANGUAGE line"
     target = tmp_path / f"{chapter}.zh.ipynb"
     target.write_text(json.dumps(zh, ensure_ascii=False), encoding="utf-8")
+    # `-p trainperf` loads first and spares this pytest nbformat's slow optional import
+    # (see src/trainperf/__init__.py): 2-4 s a chapter.
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env",
-         "-p", "no:cacheprovider", str(target)],
+         "-p", "trainperf", "-p", "no:cacheprovider", str(target)],
         cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:]
 

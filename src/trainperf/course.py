@@ -92,7 +92,7 @@ def nbgrader(args: list[str], course_root: Path, timeout: float | None = None,
     bin_dir = str(Path(sys.executable).parent)
     full_env["PATH"] = bin_dir + os.pathsep + full_env.get("PATH", "")
     full_env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course_root,
+    return subprocess.run([sys.executable, "-m", "trainperf._nbgrader_main", *args], cwd=course_root,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
