@@ -216,3 +216,20 @@ def test_pick_backend_falls_back_without_a_cpp_compiler(monkeypatch):
     monkeypatch.setattr(config.cpp, "cxx", ("no-such-compiler++",))
     backend, why = compiling.pick_backend("cpu")
     assert backend == "aot_eager" and "no working C++ compiler" in why and "install g++" in why
+
+
+def _speed(speedup, low, high, verdict):
+    from helpers.bench import Measurement, SpeedComparison
+
+    m = Measurement([0.01] * 10, 0.02, "cpu")
+    return SpeedComparison(speedup, low, high, verdict, 10, m, m, 1, "cpu")
+
+
+def test_step_speedups_carry_the_interval_and_say_when_not_to_trust_it():
+    narrow = compiling.step_speedups(_speed(2.0, 1.9, 2.1, "faster"), (0.5,))
+    assert narrow == ["part = 50% of the step: step 1.333x faster (95 % interval 1.310x to 1.355x)"]
+    wide = compiling.step_speedups(_speed(3.0, 1.5, 6.0, "faster"), (0.2,))
+    assert len(wide) == 2 and "too wide to trust" in wide[1] and "300%" in wide[1]
+    noise = compiling.step_speedups(_speed(1.1, 0.8, 1.4, "within noise"), (0.2,))
+    assert "within noise here" in noise[-1] and "not a result" in noise[-1]
+    assert "nothing to apply" in compiling.step_speedups(None)[0]

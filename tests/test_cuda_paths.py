@@ -639,6 +639,14 @@ def test_capstone_device_helpers_on_cuda(gpu):
     assert gpu.log == ["work", "reset_peak", "work"]
 
 
+def test_report_provenance_names_the_gpu_on_cuda(gpu):
+    from helpers.report import provenance
+
+    assert provenance.device_model("cuda") == "NVIDIA H200"
+    assert provenance.device_model("cpu") == provenance.cpu_model() != "NVIDIA H200"
+    assert provenance.provenance("cuda:0")["device_model"] == "NVIDIA H200"
+
+
 def test_capstone_timed_windows_sync_only_at_window_edges_on_cuda(gpu, monkeypatch):
     from helpers.report import runner, tuning
 
@@ -701,6 +709,7 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
     "report.runner._activities": "test_capstone_device_helpers_on_cuda",
     "report.runner._reset_peak": "test_capstone_device_helpers_on_cuda",
     "report.runner._peak_mb": "test_capstone_device_helpers_on_cuda",
+    "report.provenance.device_model": "test_report_provenance_names_the_gpu_on_cuda",
 }
 # CUDA code no CPU test can run, with the reason; the GPU script is where it is proven.
 NOT_ON_CPU = {

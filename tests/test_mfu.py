@@ -229,3 +229,30 @@ def test_benchmark_command_bad_input_is_one_line(argv, message, capsys):
         mfu.main(argv)
     err = capsys.readouterr().err
     assert done.value.code == 2 and message in err and "Traceback" not in err
+
+
+def _sweep_rows(times_by_len):
+    from helpers.mfu import throughput
+
+    rows = []
+    for seq, times in times_by_len.items():
+        batch = 512 // seq
+        t = sorted(times)[len(times) // 2]
+        rows.append({"seq_len": seq, "batch_size": batch, "step_time_s": t, "step_times_s": times,
+                     "step_time_min_s": min(times), "step_time_max_s": max(times),
+                     **throughput(t, batch, seq)})
+    return rows
+
+
+def test_compare_sweep_reads_a_verdict_from_the_rounds():
+    from helpers import mfu
+
+    same = _sweep_rows({16: [0.10, 0.13, 0.09, 0.12, 0.11], 64: [0.11, 0.10, 0.12, 0.10, 0.13]})
+    assert "beyond the noise" in mfu.compare_sweep(same)
+    twice = _sweep_rows({16: [0.20, 0.21, 0.19, 0.22, 0.20, 0.2], 64: [0.10, 0.105, 0.095, 0.11, 0.1, 0.1]})
+    line = mfu.compare_sweep(twice)
+    assert line.startswith("seq 64 trains faster than seq 16") and "6 rounds" in line
+    low, high = (float(x.rstrip("x")) for x in line.split("interval ")[1].split(")")[0].split(" to "))
+    assert low <= 2.0 <= high
+    with pytest.raises(ValueError, match="rows of one sweep_seq_lens run"):
+        mfu.compare_sweep(same[:1])

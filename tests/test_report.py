@@ -86,7 +86,7 @@ def fake_row(name="baseline", med=10.0, lo=9.0, hi=11.0, *, loss=3.0, peak=None,
            "step_time_ms": med, "step_time_min_ms": lo, "step_time_max_ms": hi,
            "step_time_samples_ms": [lo, med, hi], "first_step_ms": 3 * med, "data_wait_ms": data[0],
            "peak_mem_mb": peak, "saved_mb": saved, "loss": loss, "loss_steps": 23,
-           "model_flops": model_flops, "executed_flops": executed_flops, "peak_flops": 1e11,
+           "model_flops": model_flops, "executed_flops": executed_flops, "peak_flops": 1e13,
            "peak_kind": "measured", "peak_source": "a test", "phases_ms": phases.mean_phases(steps),
            "phase_steps_ms": steps, "trace": "", "config": tuning.baseline_config("cpu").settings()}
     row["config"]["checkpointing"] = checkpointing
@@ -104,15 +104,20 @@ def test_mfu_hfu_by_hand():
         report.mfu_hfu(row, 0)
 
 
-def test_compare_counts_an_improvement_only_below_the_old_fastest_window():
+def test_compare_reads_improved_from_the_verdict_of_the_same_pair():
     base = fake_row(med=10, lo=9, hi=12, saved=5.0)
     inside = fake_row(med=9.5, lo=7, hi=9.8, saved=4.0)
-    beyond = fake_row(med=8.9, lo=8, hi=15, saved=6.0)  # one slow window does not veto it
-    got = report.compare(base, inside)
+    got = report.compare(base, inside)  # measured apart: two medians cannot say
     assert got == {"step_time_delta_ms": pytest.approx(0.5), "memory_delta_mb": pytest.approx(1.0),
-                   "time_improved": False, "memory_improved": True}
-    assert report.compare(base, beyond)["time_improved"] is True
-    assert report.compare(base, beyond)["memory_improved"] is False
+                   "time_improved": None, "memory_improved": True}
+    verdicts = {}
+    for verdict in ("faster", "slower", "within noise"):
+        tuned = dict(fake_row("fused", med=8.9, lo=8, hi=15, saved=6.0), tried_on="baseline",
+                     speed={"verdict": verdict, "speedup": 1.1, "low": 1.0, "high": 1.2})
+        verdicts[verdict] = report.compare(base, tuned)["time_improved"]
+        assert report.compare(base, tuned)["memory_improved"] is False
+        assert report.compare(fake_row("workers"), tuned)["time_improved"] is None  # another pair
+    assert verdicts == {"faster": True, "slower": False, "within noise": False}
     cuda = report.compare(fake_row(peak=100.0, saved=1.0), fake_row(peak=60.0, saved=9.0))
     assert cuda["memory_delta_mb"] == pytest.approx(40.0)  # the CUDA peak wins over saved bytes
     none = report.compare(base, fake_row(saved=None))
@@ -293,10 +298,30 @@ def test_run_config_rejects_bad_settings():
 
 # --------------------------------------------------------------------------- the tuner
 
+def windows_comparer(timings):
+    """A stand-in for runner.compare_configs: each side's windows cycle through its
+    (median, low, high) step times on a fake clock, so the verdict comes from real pairs."""
+    from helpers import bench
+
+    def compare(old, new, quick):
+        now, calls = [0.0], {old.name: 0, new.name: 0}
+
+        def side(name):
+            def run():
+                now[0] += timings[name][calls[name] % 3] * 5 / 1e3
+                calls[name] += 1
+            return run
+        return bench.compare_windows(side(old.name), side(new.name), steps=5, device="cpu",
+                                     clock=lambda: now[0], min_pairs=12, max_pairs=12,
+                                     names=(old.name, new.name))
+    return compare
+
+
 def test_tuner_keeps_and_reverts_and_builds_on_what_was_kept():
-    timings = {"baseline": (10, 9.5, 11), "no_sync": (9.8, 9.0, 10.5), "workers": (6, 5.5, 7),
+    # no_sync: lower median, but a pair in three is slower: within noise, reverted
+    timings = {"baseline": (10, 9.5, 11), "no_sync": (9.9, 9.0, 11.5), "workers": (6, 5.5, 7),
                "bf16": (5, 4.8, 5.2), "fused": (6.5, 6, 7), "checkpoint": (7, 6.8, 7.5),
-               "compile": (4, 3.5, 9)}
+               "compile": (4, 3.5, 4.5)}
     seen = []
 
     def fake_run(config, quick, trace_dir):
@@ -306,7 +331,8 @@ def test_tuner_keeps_and_reverts_and_builds_on_what_was_kept():
         return runner.derive(fake_row(config.name, med, lo, hi, loss=loss,
                                       saved=1.0 if config.checkpointing else 4.0))
 
-    tuner = report.Tuner(report.baseline_config("cpu"), runner=fake_run)
+    tuner = report.Tuner(report.baseline_config("cpu"), runner=fake_run,
+                         comparer=windows_comparer(timings))
     with pytest.raises(RuntimeError, match="baseline first"):
         tuner.try_change("workers")
     tuner.run_baseline()
@@ -316,6 +342,12 @@ def test_tuner_keeps_and_reverts_and_builds_on_what_was_kept():
     assert seen[-1].workers == 4 and seen[-1].compile and not seen[-1].checkpointing
     assert seen[-1].precision == "fp32" and seen[-1].sync_every_step  # reverted changes stay out
     assert tuner.tuned["name"] == "compile" and tuner.rows[-1]["tried_on"] == "workers"
+    speed = {r["name"]: r["speed"] for r in tuner.rows[1:]}
+    assert speed["no_sync"]["verdict"] == "within noise"
+    assert speed["no_sync"]["low"] < 1 < speed["no_sync"]["high"]
+    assert speed["checkpoint"]["verdict"] == "slower" and speed["workers"]["verdict"] == "faster"
+    assert speed["fused"]["verdict"] == "within noise"  # one pair in three equal
+    assert speed["workers"]["pairs"] == 12 and "interleaved pairs" in speed["workers"]["sentence"]
     with pytest.raises(KeyError, match="no change"):
         tuner.try_change("magic")
     rep = report.build_report(tuner.rows)
@@ -329,7 +361,9 @@ def test_a_memory_budget_keeps_checkpointing_even_when_slower():
         med = 12.0 if config.checkpointing else 10.0
         return runner.derive(fake_row(config.name, med, med - 0.5, med + 0.5, saved=saved))
 
-    tuner = report.Tuner(replace(report.baseline_config("cpu"), memory_budget_mb=2.0), runner=fake_run)
+    slower = windows_comparer({"baseline": (10, 9.5, 10.5), "checkpoint": (12, 11.5, 12.5)})
+    tuner = report.Tuner(replace(report.baseline_config("cpu"), memory_budget_mb=2.0), runner=fake_run,
+                         comparer=slower)
     tuner.run_baseline()
     assert tuner.try_change("checkpoint")["decision"] == "keep"
     assert tuner.current.checkpointing
@@ -376,7 +410,7 @@ def test_reading_back_recomputes_derived_numbers(tmp_path):
     data["rows"][1]["step_time_ms"] = 20.0  # a measured number changed: the decision follows
     (tmp_path / "report.json").write_text(json.dumps(data))
     back = report.read_report(tmp_path / "report.json")
-    assert back.rows[1]["mfu"] == pytest.approx(report.mfu_hfu(back.rows[1], 1e11)[0])
+    assert back.rows[1]["mfu"] == pytest.approx(report.mfu_hfu(back.rows[1], 1e13)[0])
     assert back.rows[1]["decision"] == "revert"
 
 
@@ -400,8 +434,13 @@ def test_shipped_recordings_are_labelled_and_consistent(name):
     assert rep.recorded["date"] and "CPU" in rep.recorded["where"] and rep.hardware["device"] == "cpu"
     assert [r["name"] for r in rep.rows][:2] == ["baseline", "no_sync"] and len(rep.rows) == 7
     for old, new in zip(stored["rows"], rep.rows, strict=True):  # derived numbers recompute the same
-        for key in ("mfu", "hfu", "bottleneck", "stalled", "data_ratio", "decision", "vs_baseline"):
+        for key in ("mfu", "hfu", "bottleneck", "stalled", "data_ratio", "decision"):
             assert old[key] == new[key] or old[key] == pytest.approx(new[key]), (name, old["name"], key)
+        # recorded before interleaved comparisons: deltas as stored, no verdict to read "improved" from
+        vs_old, vs_new = dict(old["vs_baseline"]), dict(new["vs_baseline"])
+        assert vs_new.pop("time_improved") is None and "speed" not in new
+        vs_old.pop("time_improved")
+        assert vs_old == pytest.approx(vs_new), (name, old["name"])
     readme = (ROOT / "src/helpers/data/capstone_recorded_README.md").read_text()
     assert document.RECORDED[name] in readme and rep.recorded["date"] in readme
 
@@ -414,3 +453,51 @@ def test_cli_show_and_bad_input(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "helpers.report", "show", str(tmp_path / "nope")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no report at" in bad.stderr
+
+
+# --------------------------------------------------------------------------- the report's flags
+
+def test_a_clean_row_raises_no_flag():
+    base = runner.derive(fake_row("baseline", 12.0, 11.5, 12.5))
+    fused = runner.derive(fake_row("fused", 10.5, 10, 11, compute=((3.0, 5.0, 0.5),) * 2), baseline=base,
+                          previous=base)
+    assert base["flags"] == [] and fused["flags"] == []
+
+
+def test_each_flag_fires_on_its_case():
+    base = runner.derive(fake_row("baseline", 12.0, 11.5, 12.5))  # phases sum to 11.5 ms
+    # fused AdamW saving 7 ms when the optimizer took 2 ms of the step
+    fused = rules.flags(fake_row("fused", 5.0, 4.8, 5.2, compute=((3.0, 2.0, 0.5),) * 2), base)
+    assert any("more than the 2.00 ms of optimizer" in f for f in fused)
+    assert any("backward moved -3.00 ms though the change does not act on it" in f for f in fused)
+    assert any("timed step 5.00 ms vs profiled 7.00 ms" in f for f in fused)
+    noisy = fake_row("baseline")
+    noisy["peak_spread"] = 1.07
+    assert rules.flags(noisy) == ["the measured peak's runs spread 107%: MFU is not reliable"]
+    assert any("MFU 250%: above 100 %" in f for f in rules.flags(dict(fake_row("bf16"), mfu=2.5)))
+    short = fake_row("workers", 11.5, 11, 12)
+    short["config"].update(workers=4, prefetch_factor=4, windows=4, steps_per_window=5)
+    assert any("20 timed steps against a loader queue of 4 × 4" in f for f in rules.flags(short))
+    short["config"].update(prefetch_factor=2, windows=5)
+    assert rules.flags(short) == []
+    assert runner.derive(noisy)["flags"] and "check:" in document.table_row(runner.derive(noisy))[-1]
+
+
+def test_the_quick_baselines_time_long_enough_for_their_loader_queue():
+    for device in ("cpu", "cuda"):
+        for quick in (True, False):
+            cfg = report.baseline_config(device, quick)
+            workers = tuning.worker_count(device)
+            assert cfg.timed_steps >= rules.QUEUE_RUNS * workers * cfg.prefetch_factor, (device, quick)
+
+
+def test_compare_configs_times_two_configurations_interleaved():
+    """Real timing of two micro configurations: only the shape of the answer is checked."""
+    from helpers import bench
+
+    speed = runner.compare_configs(micro(), micro(name="no_sync", sync_every_step=False), min_pairs=3,
+                                   max_pairs=4, max_seconds=5)
+    assert speed.verdict in bench.VERDICTS and 3 <= speed.pairs <= 4 and speed.low <= speed.high
+    assert speed.names == ("baseline", "no_sync") and speed.unit == "step"
+    summary = runner.speed_summary(speed)
+    assert summary["verdict"] == speed.verdict and "interleaved pairs" in summary["sentence"]

@@ -202,6 +202,19 @@ def test_classify_rules_measure_waste_against_compute():
     assert tl.classify(_step(compute_us=10, duration_us=10)).label == "compute-bound"
 
 
+def test_the_20_percent_rule_is_strict_everywhere():
+    """One boundary for the course: a waste of exactly 20 % of compute is not a bottleneck, in
+    the timeline's classification and in the capstone's data-stall rule alike."""
+    from helpers import report
+
+    at = _step(compute_us=100, data_wait_us=20, duration_us=120)
+    assert tl.classify(at).label == "compute-bound"
+    assert tl.classify(_step(compute_us=100, data_wait_us=20.001, duration_us=120)).label == "data-bound"
+    assert report.data_stall([20.0], [100.0])[1] is False and report.data_stall([20.001], [100.0])[1]
+    phases = {"data": 20.0, "forward": 40.0, "backward": 50.0, "optimizer": 10.0, "other": 0.0}
+    assert report.bottleneck_class(phases) != "data-bound"
+
+
 def test_a_rank_that_waits_for_a_straggler_says_so():
     fast = [_step(rank=0, compute_us=40, exposed_comm_us=55, duration_us=100)]
     slow = [_step(rank=1, compute_us=40, exposed_comm_us=5, host_overhead_us=55, duration_us=100)]
@@ -399,3 +412,31 @@ def test_intervals_of_a_class_per_step(tmp_path):
         tl.intervals(t, "comm", step=3)
     with pytest.raises(ValueError, match="kind must be"):
         tl.intervals(t, "gpu")
+
+
+def _ranks(own_by_rank, exposed=20.0):
+    return {r: [_step(duration_us=own + exposed, compute_us=0.7 * own, exposed_comm_us=exposed)
+                for own in times] for r, times in own_by_rank.items()}
+
+
+def test_a_straggler_must_lead_in_every_step_and_beyond_the_floor():
+    assert tl.straggler(_ranks({0: [40.0, 41.0, 39.0], 1: [20.0, 21.0, 20.0]})) == 0
+    # one step where the other rank was slower: the lead is noise, the run is balanced
+    assert tl.straggler(_ranks({0: [100.0, 60.0], 1: [50.0, 90.0]})) is None
+    # behind in every step, but by 3 % of its own time: under the 5 % floor
+    assert tl.straggler(_ranks({0: [100.0, 101.0, 102.0], 1: [97.0, 98.0, 99.0]})) is None
+    assert tl.straggler(_ranks({0: [10.0]})) is None  # one rank: nobody waits for it
+    e = tl.straggler_evidence(_ranks({3: [10.0, 12.0, 11.0], 5: [14.0, 13.0, 12.5]}))
+    assert e["rank"] == 5 and e["steps_led"] == e["steps"] == 3
+    assert e["lead"] == pytest.approx(13.1666667 - 11.0) and e["floor"] == pytest.approx(0.05 * 13.1666667)
+    with pytest.raises(ValueError, match="at least one rank"):
+        tl.straggler({})
+
+
+def test_a_balanced_run_names_no_rank_as_waited_for():
+    balanced = _ranks({0: [100.0, 60.0], 1: [50.0, 90.0]}, exposed=40.0)
+    assert all(not v.label.startswith("waiting") for v in tl.classify_ranks(balanced).values())
+    slow = _ranks({0: [100.0, 100.0], 1: [40.0, 42.0]}, exposed=40.0)
+    for b in slow[1]:  # the fast rank waits: most of its step is exposed communication
+        object.__setattr__(b, "exposed_comm_us", 70.0)
+    assert tl.classify_ranks(slow)[1].label == "waiting for rank 0"

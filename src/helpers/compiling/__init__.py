@@ -10,7 +10,8 @@
   ``dynamic=True`` and ``mark_dynamic``: :func:`recompiles`, :func:`count_compiles`;
 * where fusion pays — the bytes an element-wise chain moves eagerly and fused:
   :func:`chain_traffic`, :data:`CHAIN`, :func:`bias_gelu_dropout_residual`;
-* why a faster part may not make the step faster: :func:`step_speedup`;
+* why a faster part may not make the step faster: :func:`step_speedup`, and
+  :func:`step_speedups` for a measured speed-up with its interval;
 * whether Inductor can generate code here (a C++ compiler, Triton): :func:`pick_backend`.
 
 Sources: the PyTorch documentation of ``torch.compile``, ``torch._dynamo.explain`` and
@@ -45,11 +46,12 @@ from ._report import (
     pick_backend,
     report,
     step_speedup,
+    step_speedups,
 )
 
 __all__ = [
     "CHAIN", "MODES", "BreakReason", "CompileEvent", "CompileReport", "GraphReport", "Traffic",
     "bias_gelu_dropout_residual", "break_even_steps", "cache_info", "chain_inputs", "chain_sizes",
     "chain_traffic", "count_compiles", "graph_breaks", "noisy_step", "pick_backend", "quiet", "recompiles",
-    "report", "shape_probe", "step_speedup",
+    "report", "shape_probe", "step_speedup", "step_speedups",
 ]

@@ -37,6 +37,30 @@ def step_speedup(fraction: float, part_speedup: float) -> float:
     return 1 / ((1 - fraction) + fraction / part_speedup)
 
 
+TRUST_WIDTH = 0.5  # an interval wider than this (high / low - 1) is too wide to build on
+
+
+def step_speedups(speed: SpeedComparison | None,
+                  fractions: tuple[float, ...] = (0.05, 0.2, 0.5)) -> list[str]:
+    """Amdahl's law applied to a measured part speed-up and to both ends of its 95 % interval:
+    one line per ``fraction`` of the step the part takes, then a warning when the part is not
+    faster beyond noise or its interval is too wide to trust (wider than ``TRUST_WIDTH``)."""
+    if speed is None:
+        return ["no timed speed-up in this run, so there is nothing to apply Amdahl's law to"]
+    lines = []
+    for f in fractions:
+        low, mid, high = (step_speedup(f, x) for x in (speed.low, speed.speedup, speed.high))
+        lines.append(f"part = {f:.0%} of the step: step {mid:.3f}x faster "
+                     f"(95 % interval {low:.3f}x to {high:.3f}x)")
+    if speed.verdict != "faster":
+        lines.append(f"the part itself is {speed.verdict} here (its interval "
+                     f"{speed.low:.2f}x to {speed.high:.2f}x), so these step figures are not a result")
+    elif speed.interval_width > TRUST_WIDTH:
+        lines.append(f"the part's interval spans {speed.interval_width:.0%}: too wide to trust these "
+                     "step figures; run again on a quieter machine")
+    return lines
+
+
 def pick_backend(device: str | torch.device = "cpu") -> tuple[str, str]:
     """``("inductor", why)`` when Inductor can generate code on ``device`` here, else
     ``("aot_eager", why)``: the same capture and autograd tracing, without generated code.

@@ -54,6 +54,7 @@ from ._measure import (  # noqa: F401
     MFUReport,
     Peak,
     TrainingRun,
+    compare_sweep,
     device_peak,
     example_report,
     measure_training,

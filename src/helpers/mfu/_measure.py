@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from .. import hardware, models
-from ..bench import Measurement, measure, resolve_device
+from ..bench import Measurement, measure, resolve_device, synchronize
 
 # --------------------------------------------------------------------------- formulas
 from ._counting import count_flops
@@ -214,16 +216,61 @@ def sweep_seq_lens(seq_lens: Sequence[int], tokens_per_batch: int, config: str |
                    device: str | torch.device = "auto", iters: int = 5) -> list[dict[str, float]]:
     """Time a training step at several sequence lengths holding tokens per step fixed.
 
-    Returns one row per length: seq_len, batch_size, step_time_s (median) and the three rates.
+    The lengths are timed in ``iters`` rounds: each round times one step of every length, in
+    an order that rotates from round to round, so a change in the machine's load hits every
+    length alike (each model is warmed up first, never timed). Returns one row per length:
+    seq_len, batch_size, step_time_s (median), step_time_min_s, step_time_max_s,
+    step_times_s (one per round) and the three rates at the median.
+    Read which length is faster with :func:`compare_sweep`, not from the medians alone.
     """
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 3:
+        raise ValueError(f"iters must be a whole number of rounds >= 3, got {iters!r}")
     dev = resolve_device(device)
     cfg = models.get_config(config)
-    rows = []
+    steps, batches = [], []
     for s in seq_lens:
         batch_size = max(1, tokens_per_batch // s)
         model = models.build_model(cfg, dev)
-        step_fn = models.make_train_step(model, models.make_batch(cfg, batch_size, s, dev))
-        t = measure(step_fn, warmup=2, iters=iters, device=dev).median
+        steps.append(models.make_train_step(model, models.make_batch(cfg, batch_size, s, dev)))
+        batches.append(batch_size)
+    for step in steps:  # warm-up: allocator, caches, the first call's set-up
+        measure(step, warmup=2, iters=1, device=dev)
+    times: list[list[float]] = [[] for _ in steps]
+    for r in range(iters):
+        order = [(r + k) % len(steps) for k in range(len(steps))]
+        for k in order:
+            synchronize(dev)
+            start = time.perf_counter()
+            steps[k]()
+            synchronize(dev)
+            times[k].append(time.perf_counter() - start)
+    rows = []
+    for s, batch_size, samples in zip(seq_lens, batches, times, strict=True):
+        t = statistics.median(samples)
         rows.append({"seq_len": s, "batch_size": batch_size, "step_time_s": t,
-                     **throughput(t, batch_size, s)})
+                     "step_time_min_s": min(samples), "step_time_max_s": max(samples),
+                     "step_times_s": samples, **throughput(t, batch_size, s)})
     return rows
+
+
+def compare_sweep(rows: Sequence[dict[str, float]]) -> str:
+    """One sentence on the sweep of :func:`sweep_seq_lens`: the length with the most tokens/s
+    against the one with the fewest, as a speed-up of tokens/s over the rounds (paired round by
+    round), its 95 % interval and the verdict (faster / slower / within noise)."""
+    from ..bench import interval, verdict_of
+
+    if len(rows) < 2 or any("step_times_s" not in r for r in rows):
+        raise ValueError("give the rows of one sweep_seq_lens run (two lengths or more)")
+    tokens = [r["seq_len"] * r["batch_size"] for r in rows]
+    best = max(range(len(rows)), key=lambda i: rows[i]["tokens_per_s"])
+    worst = min(range(len(rows)), key=lambda i: rows[i]["tokens_per_s"])
+    ratios = [(tokens[best] / tb) / (tokens[worst] / tw)
+              for tb, tw in zip(rows[best]["step_times_s"], rows[worst]["step_times_s"], strict=True)]
+    mid, low, high = interval(ratios)
+    verdict = verdict_of(low, high)
+    head = {"faster": f"seq {rows[best]['seq_len']} trains faster than seq {rows[worst]['seq_len']}",
+            "slower": f"seq {rows[best]['seq_len']} trains slower than seq {rows[worst]['seq_len']}",
+            "within noise": f"no difference between seq {rows[best]['seq_len']} and seq "
+                            f"{rows[worst]['seq_len']} beyond the noise"}[verdict]
+    return (f"{head}: tokens/s {mid:.2f}x (95 % interval {low:.2f}x to {high:.2f}x) over "
+            f"{len(ratios)} rounds")

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
 import sys
@@ -18,6 +17,7 @@ import time
 from collections.abc import Sequence
 
 from .document import build_report, read_report
+from .provenance import provenance
 from .runner import Tuner
 from .tuning import baseline_config, tuning_steps
 
@@ -47,9 +47,8 @@ def _record(args: argparse.Namespace) -> int:
         print(f"  {change.name}: {row['step_time_ms']:.2f} ms/step [{row['step_time_min_ms']:.2f}–"
               f"{row['step_time_max_ms']:.2f}], MFU {row['mfu']:.1%}, {row['bottleneck']}, "
               f"{row['decision']}", flush=True)
-    recorded = {"date": datetime.date.today().isoformat(),
+    recorded = {**provenance(str(dev), command="python -m helpers.report " + " ".join(sys.argv[1:])),
                 "where": args.where or f"{platform.node()}, {platform.machine()}",
-                "command": "python -m helpers.report " + " ".join(sys.argv[1:]),
                 "seconds": round(time.perf_counter() - start, 1),
                 "load_average_1min": {"start": load_before, "end": _load()}, "cpu_count": os.cpu_count()}
     report = build_report(tuner.rows, recorded=recorded)

@@ -23,6 +23,7 @@ import torch
 from .. import i18n
 from ..i18n import text, tr
 from . import rules
+from .provenance import header_line, provenance
 
 COLUMNS = ("step", "change", "step time ms median [min–max]", "samples/s", "tokens/s", "memory MiB",
            "loss", "MFU", "HFU", "vs baseline", "faster", "bottleneck", "decision", "notes")
@@ -46,6 +47,7 @@ def _notes(row: dict[str, Any]) -> str:
         notes.append("HFU > MFU: recomputed forward")
     if row.get("decision") == "revert" and abs(row.get("loss_change", 0)) > row.get("loss_tolerance", 1e9):
         notes.append("loss outside tolerance")
+    notes += [f"check: {f}" for f in row.get("flags", [])]
     return "; ".join(notes)
 
 
@@ -54,19 +56,29 @@ def table_row(row: dict[str, Any]) -> list[str]:
     mem_kind = "peak" if row.get("peak_mem_mb") is not None else "saved"
     vs = row.get("vs_baseline") or {}
     delta = vs.get("step_time_delta_ms")
-    prev = row.get("vs_previous") or {}
-    faster = prev.get("time_improved")
     return [
         row["name"], row["change"],
         f"{row['step_time_ms']:.2f} [{row['step_time_min_ms']:.2f}–{row['step_time_max_ms']:.2f}]",
         f"{row['samples_per_s']:,.1f}", f"{row['tokens_per_s']:,.0f}",
         f"{row['memory_mb']:.2f} ({mem_kind})", f"{row['loss']:.4f}",
         _pct(row["mfu"]), _pct(row["hfu"]),
-        "—" if delta is None or row.get("decision") == "baseline"
-        else f"{delta:+.2f} ms ({rows_speedup(row):.2f}x)",
-        "—" if row.get("decision") == "baseline" else ("yes" if faster else "no"),
+        "—" if delta is None or row.get("decision") == "baseline" else f"{delta:+.2f} ms",
+        "—" if row.get("decision") == "baseline" else speed_cell(row),
         row["bottleneck"], row.get("decision", ""), _notes(row),
     ]
+
+
+def speed_cell(row: dict[str, Any]) -> str:
+    """The 'faster' cell: the verdict against the configuration the change was tried on, with the
+    speed-up and its 95 % interval; a row recorded before interleaved comparisons says which rule
+    it was decided by."""
+    speed = row.get("speed")
+    if speed:
+        return f"{speed['verdict']} ({speed['speedup']:.2f}x, {speed['low']:.2f}–{speed['high']:.2f})"
+    if row.get("decision") in (None, "baseline"):
+        return "—"
+    return ("yes" if row.get("faster") else "no") + \
+        " (recorded before interleaved comparisons: median vs fastest window)"
 
 
 def format_row(row: dict[str, Any]) -> str:
@@ -86,17 +98,15 @@ def format_row(row: dict[str, Any]) -> str:
              f"{row['bottleneck']} (data / compute {row['data_ratio']:.0%})"]
     if row.get("decision") not in (None, "baseline"):
         vs = row["vs_previous"]
-        verdict = "faster than its fastest window" if vs["time_improved"] else "not faster beyond its spread"
-        lines.append(f"  vs {row.get('tried_on', 'previous')}: {vs['step_time_delta_ms']:+.2f} ms ({verdict})"
+        verdict = speed_cell(row)
+        lines.append(f"  vs {row.get('tried_on', 'previous')}: {vs['step_time_delta_ms']:+.2f} ms (medians); "
+                     f"interleaved: {verdict}"
                      f"; loss change {row['loss_change']:+.4f} (tolerance ±{row['loss_tolerance']:.4f})"
                      f" -> {row['decision'].upper()}")
+        if row.get("speed"):
+            lines.append(f"  {row['speed']['sentence']}")
+        lines += [f"  check: {flag}" for flag in row.get("flags", [])]
     return "\n".join(lines)
-
-
-def rows_speedup(row: dict[str, Any]) -> float:
-    """Baseline step time / this row's step time."""
-    delta = row["vs_baseline"]["step_time_delta_ms"]
-    return (row["step_time_ms"] + delta) / row["step_time_ms"]
 
 
 @dataclass
@@ -134,14 +144,14 @@ class Report:
                      f"{k} {v['flops'] / 1e12:.4g} TFLOP/s ({v['kind']}: {v['source']})"
                      for k, v in hw["peaks"].items()),
                  f"config: {cfg['describe']}", f"parallel: {self.parallel}",
-                 f"recorded: {self.recorded.get('date', '?')} · torch {hw.get('torch', '?')} · "
-                 f"{self.recorded.get('where', '')}", "```", "",
+                 header_line({"torch": hw.get("torch"), **self.recorded}), "```", "",
                  "## Throughput", "",
                  f"Loss after {self.baseline['loss_steps']} steps must stay within "
                  f"{rules.LOSS_TOLERANCE:.0%} of the baseline's ({self.baseline['loss']:.4f}). "
-                 "'faster' compares with the configuration the change was tried on: its median "
-                 "must be below that configuration's fastest window. Memory: 'peak' = CUDA peak "
-                 "allocated, 'saved' = bytes saved for backward (CPU).", ""]
+                 "'faster' is the verdict of an interleaved comparison with the configuration the "
+                 "change was tried on (speed-up, 95 % interval): faster, slower or within noise; "
+                 "only 'faster' keeps a change. Memory: 'peak' = CUDA peak allocated, 'saved' = "
+                 "bytes saved for backward (CPU). 'check:' notes say which numbers to doubt.", ""]
         table = self.table()
         lines.append("| " + " | ".join(table[0]) + " |")
         lines.append("|" + "---|" * len(table[0]))
@@ -187,9 +197,17 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
     for row in rows[1:]:
         if row.get("decision") == "revert":
             out.append(f"reverted {row['name']}: " + ("loss moved beyond tolerance" if abs(
-                row["loss_change"]) > row["loss_tolerance"] else "no gain beyond run-to-run spread"
-                if not row["vs_previous"]["time_improved"] else "does not fit the memory budget"))
+                row["loss_change"]) > row["loss_tolerance"] else f"not faster ({speed_cell(row)})"
+                if not _faster(row) else "does not fit the memory budget"))
+    for row in rows:
+        for flag in row.get("flags", []):
+            out.append(f"check {row['name']}: {flag}")
     return out
+
+
+def _faster(row: dict[str, Any]) -> bool:
+    """The speed verdict the row's decision used (derive stores it)."""
+    return bool(row.get("faster"))
 
 
 def next_actions(rows: list[dict[str, Any]]) -> list[str]:
@@ -202,7 +220,9 @@ def next_actions(rows: list[dict[str, Any]]) -> list[str]:
 
 def build_report(rows: list[dict[str, Any]], experiment: str | None = None,
                  recorded: dict[str, Any] | None = None) -> Report:
-    """A report from the rows of a :class:`helpers.report.Tuner` (baseline first)."""
+    """A report from the rows of a :class:`helpers.report.Tuner` (baseline first). Without
+    ``recorded``, the header states this process's provenance (date, command, device model,
+    threads, versions, commit): the report is being made here and now."""
     if not rows:
         raise ValueError("build_report needs at least the baseline row")
     base = rows[0]
@@ -223,7 +243,8 @@ def build_report(rows: list[dict[str, Any]], experiment: str | None = None,
     return Report(experiment or f"{m['name']}: baseline -> tuned", hardware,
                   {**{k: v for k, v in cfg.items() if k != "model"}, "model": m, "describe": describe},
                   f"dp=1, tp=1, pp=1, activation_checkpoint={ckpt} (tuned)", rows,
-                  findings(rows), next_actions(rows), recorded or {})
+                  findings(rows), next_actions(rows),
+                  provenance(base["device"]) if recorded is None else recorded)
 
 
 def rederive(rows: list[dict[str, Any]], memory_budget_mb: float | None = None) -> list[dict[str, Any]]:

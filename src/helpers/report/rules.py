@@ -1,10 +1,13 @@
 """The capstone's rules, as plain functions of plain numbers (what the exercises ask for).
 
 * :func:`mfu_hfu` — MFU and HFU of a measured row (chapter 2's definitions);
-* :func:`compare` — baseline minus tuned, with "improved" only beyond the baseline's spread;
+* :func:`compare` — baseline minus tuned, with "improved" read from the interleaved verdict;
 * :func:`data_stall` — data time above 20% of compute time is a bottleneck;
 * :func:`bottleneck_class` — which part of the step to work on next, from the trace's phases;
-* :func:`decide` — keep or revert a change (loss first, then memory, then speed).
+* :func:`decide` — keep or revert a change (loss first, then memory, then speed);
+* :func:`flags` — what makes a row's numbers doubtful (a saving larger than the phase changed,
+  timed and profiled step times that disagree, an untouched phase that moved, a noisy MFU peak,
+  a timed run shorter than the loader's queue).
 
 Every function takes numbers or dicts of numbers, so recorded measurements can be checked
 against them without running anything.
@@ -48,19 +51,31 @@ def mfu_hfu(row: Mapping[str, Any], peak_flops_per_device: float) -> tuple[float
 def compare(baseline: Mapping[str, Any], tuned: Mapping[str, Any]) -> dict[str, Any]:
     """Baseline minus tuned (positive = tuned is faster / smaller).
 
-    ``time_improved`` only when the tuned median is below the baseline's *fastest* window:
-    better than anything the baseline did, not just a smaller median inside its spread
-    (one slow window of the tuned run, a busy moment, does not veto it). Memory is
-    deterministic: any saving counts. A memory figure that is missing on
-    either side gives ``None`` delta and flag, never a zero.
+    ``time_improved`` reads the verdict of the interleaved comparison the tuner ran
+    (``tuned["speed"]``, :func:`helpers.bench.compare_windows`): ``True`` for "faster", ``False``
+    for "slower" or "within noise". That verdict is about the configuration the change was tried
+    on, so it answers only when ``tuned["tried_on"]`` is ``baseline``'s name; otherwise (or for a
+    row measured alone) it is ``None``: two medians measured apart cannot say which is faster.
+    Memory is deterministic: any saving counts. A memory figure that is missing on either side
+    gives ``None`` delta and flag, never a zero.
     """
     time_delta = baseline["step_time_ms"] - tuned["step_time_ms"]
     base_mem, tuned_mem = memory_mb(baseline), memory_mb(tuned)
     mem_delta = None if base_mem is None or tuned_mem is None else base_mem - tuned_mem
+    speed = tuned.get("speed")
+    same_pair = speed is not None and tuned.get("tried_on") is not None \
+        and tuned.get("tried_on") == baseline.get("name")
     return {"step_time_delta_ms": time_delta,
             "memory_delta_mb": mem_delta,
-            "time_improved": tuned["step_time_ms"] < baseline["step_time_min_ms"],
+            "time_improved": speed["verdict"] == "faster" if same_pair else None,
             "memory_improved": None if mem_delta is None else mem_delta > 0}
+
+
+def window_rule(previous: Mapping[str, Any], tuned: Mapping[str, Any]) -> bool:
+    """How rows recorded before interleaved comparisons were decided: the tuned median below the
+    previous configuration's fastest window. Kept only to re-derive those recordings; new rows
+    carry a verdict (``row["speed"]``)."""
+    return tuned["step_time_ms"] < previous["step_time_min_ms"]
 
 
 def data_stall(data_ms: list[float], compute_ms: list[float],
@@ -112,3 +127,59 @@ def decide(loss_change: float, memory_before_mb: float | None, memory_after_mb: 
         if memory_before_mb is not None and memory_before_mb > memory_budget_mb:
             return "keep"
     return "keep" if faster else "revert"
+
+
+#: The phases of the step each capstone change acts on (the rest should not move).
+TOUCHES = {"no_sync": ("other",), "workers": ("data",), "bf16": ("forward", "backward"),
+           "fused": ("optimizer",), "checkpoint": ("forward", "backward"),
+           "compile": ("forward", "backward", "optimizer", "other")}
+FLAG_SHARE = 0.2  # timed vs profiled, and an untouched phase, may differ by this much
+PEAK_SPREAD_LIMIT = 0.2  # a measured peak whose runs spread more than this gives no trustworthy MFU
+QUEUE_RUNS = 3  # a timed run should last at least this many times the loader's queue
+
+
+def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> list[str]:
+    """What makes a row's numbers doubtful, one short sentence each (empty: nothing found).
+
+    * timed and profiled step time differ by more than 20 % (the profiler's own cost, or a
+      busy machine: the two measurements did not see the same steps);
+    * a measured MFU peak whose runs spread more than 20 % (the denominator is not stable), or
+      an MFU above 100 % (the peak is wrong);
+    * a timed run shorter than 3 × workers × prefetch_factor steps (the loader's queue, filled
+      before timing, can hide a slow loader);
+    * given the row it was tried on: a saving larger than the time of the phases the change acts
+      on (:data:`TOUCHES`), or a phase it does not act on moving by more than 20 % of itself and
+      5 % of the step.
+    """
+    out = []
+    timed, phases = row["step_time_ms"], row["phases_ms"]
+    profiled = sum(phases[p] for p in PHASES)
+    if timed > 0 and abs(profiled - timed) > FLAG_SHARE * timed:
+        out.append(f"timed step {timed:.2f} ms vs profiled {profiled:.2f} ms: more than "
+                   f"{FLAG_SHARE:.0%} apart")
+    if row.get("mfu") is not None and row["mfu"] > 1:
+        out.append(f"MFU {row['mfu']:.0%}: above 100 %, so the {row.get('peak_kind', '')} peak is below what "
+                   "the step reached and cannot be its denominator")
+    spread = row.get("peak_spread")
+    if row.get("peak_kind") == "measured" and spread is not None and spread > PEAK_SPREAD_LIMIT:
+        out.append(f"the measured peak's runs spread {spread:.0%}: MFU is not reliable")
+    cfg = row.get("config") or {}
+    workers, prefetch = cfg.get("workers", 0), cfg.get("prefetch_factor", 4)
+    timed_steps = cfg.get("windows", 0) * cfg.get("steps_per_window", 0)
+    if workers and timed_steps < QUEUE_RUNS * workers * prefetch:
+        out.append(f"{timed_steps} timed steps against a loader queue of {workers} × {prefetch} batches: "
+                   "a slow loader can hide behind the queue")
+    touched = TOUCHES.get(row.get("name", ""))
+    if previous is not None and touched is not None:
+        before = previous["phases_ms"]
+        saving = previous["step_time_ms"] - timed
+        room = sum(before[p] for p in touched)
+        if saving > room:
+            out.append(f"saved {saving:.2f} ms, more than the {room:.2f} ms of {' + '.join(touched)} "
+                       "it acts on")
+        for p in PHASES:
+            moved = phases[p] - before[p]
+            if p not in touched and abs(moved) > FLAG_SHARE * before[p] and \
+                    abs(moved) > 0.05 * previous["step_time_ms"]:
+                out.append(f"{p} moved {moved:+.2f} ms though the change does not act on it")
+    return out

@@ -27,7 +27,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from .. import mfu, models, nvtx, timeline
-from ..bench import resolve_device, synchronize
+from ..bench import SpeedComparison, compare_windows, resolve_device, synchronize
 from . import corpus, phases, rules, tuning
 from .tuning import RunConfig
 
@@ -89,7 +89,7 @@ class Trainer:
         dataset = corpus.make_dataset(config.seq_len, per_sample)
         loader = corpus.make_loader(dataset, config.batch_size, config.batch_size * total_steps,
                                     workers=config.workers, pin_memory=config.pin_memory,
-                                    seed=config.seed)
+                                    seed=config.seed, prefetch_factor=config.prefetch_factor)
         return cls(config, dev, model, train_model, optimizer, corpus.batches(loader))
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -241,10 +241,57 @@ def _run(config: RunConfig, quick: bool, trace_dir: str | Path | None) -> dict[s
         "model_flops": mfu.model_flops_per_step(config.model, config.batch_size, config.seq_len),
         "executed_flops": executed_flops(config),
         "peak_flops": peak_flops.flops, "peak_kind": peak_flops.kind, "peak_source": peak_flops.source,
+        "peak_spread": peak_flops.spread,
         "phases_ms": phases.mean_phases(per_step), "phase_steps_ms": per_step,
         "trace": str(trace_path), "config": config.settings(),
     }
     return derive(row)
+
+
+def compare_configs(old: RunConfig, new: RunConfig, quick: bool = True, *, min_pairs: int = 10,
+                    max_pairs: int = 40, max_seconds: float | None = None,
+                    clock: Callable[[], float] | None = None) -> SpeedComparison:
+    """Is ``new`` faster than ``old``? Both are built in this process and timed in interleaved
+    windows of ``new.steps_per_window`` steps (data loading included), the order alternating
+    from pair to pair, at least ``min_pairs`` windows each, until the interval is narrow or the
+    time budget is spent (3 s quick, 30 s full). Warm-up steps are never timed. Both sides run
+    with ``new.threads`` CPU threads.
+
+    One caveat of interleaving: while one side runs, the other side's loader workers fill
+    their queue, so each window starts with up to ``workers × prefetch_factor`` batches ready.
+    The report flags a timed run too short for that queue (:func:`rules.flags`)."""
+    steps = new.steps_per_window
+    budget = max_seconds if max_seconds is not None else (3.0 if quick else 30.0)
+    total = max(old.warmup, new.warmup) + (max_pairs + 2) * steps
+    with _threads(new.threads):
+        sides = []
+        for cfg in (old, new):
+            torch.manual_seed(cfg.seed)
+            trainer = Trainer.build(cfg, total)
+            for _ in range(cfg.warmup):
+                trainer.step(*trainer.next_batch())
+            sides.append(trainer)
+
+        def window(trainer: Trainer) -> Callable[[], None]:
+            def run() -> None:
+                for _ in range(steps):
+                    trainer.step(*trainer.next_batch())
+            return run
+
+        try:
+            return compare_windows(window(sides[0]), window(sides[1]), steps=steps, device=new.device,
+                                   threads=new.threads, min_pairs=min_pairs, max_pairs=max_pairs,
+                                   max_seconds=budget, names=(old.name, new.name), clock=clock)
+        finally:
+            for trainer in sides:
+                trainer.batches = iter(())  # let worker processes go
+
+
+def speed_summary(speed: SpeedComparison) -> dict[str, Any]:
+    """A comparison as plain data for a report row."""
+    return {"speedup": speed.speedup, "low": speed.low, "high": speed.high, "verdict": speed.verdict,
+            "pairs": speed.pairs, "threads": speed.threads, "stopped": speed.stopped,
+            "sentence": str(speed)}
 
 
 def derive(row: dict[str, Any], baseline: dict[str, Any] | None = None,
@@ -263,6 +310,7 @@ def derive(row: dict[str, Any], baseline: dict[str, Any] | None = None,
     out["data_ratio"], out["stalled"] = rules.data_stall(
         [s["data"] for s in steps], [s["forward"] + s["backward"] + s["optimizer"] for s in steps])
     out["bottleneck"] = rules.bottleneck_class(out["phases_ms"])
+    out["flags"] = rules.flags(out, previous)
     if baseline is not None:
         tolerance = rules.LOSS_TOLERANCE * baseline["loss"] if loss_tolerance is None else loss_tolerance
         out["loss_tolerance"] = tolerance
@@ -271,22 +319,31 @@ def derive(row: dict[str, Any], baseline: dict[str, Any] | None = None,
         ref = previous or baseline
         out["vs_previous"] = rules.compare(ref, out)
         if previous is not None:
+            # faster = the verdict of the interleaved comparison with the configuration it was tried
+            # on; a row recorded before that comparison existed falls back to its window rule
+            speed = out.get("speed")
+            faster = speed["verdict"] == "faster" if speed else rules.window_rule(previous, out)
+            out["faster"] = faster
             out["decision"] = rules.decide(out["loss_change"], rules.memory_mb(previous), out["memory_mb"],
-                                           out["vs_previous"]["time_improved"], tolerance, memory_budget_mb)
+                                           faster, tolerance, memory_budget_mb)
     return out
 
 
 class Tuner:
     """The tuning loop: a fixed baseline, then one change at a time, each tried on the
     configuration kept so far, measured the same way, and kept or reverted by
-    :func:`rules.decide`."""
+    :func:`rules.decide`. "Faster" is the verdict of :func:`compare_configs`: the change against
+    the configuration it was tried on, in interleaved windows in one process. ``runner`` and
+    ``comparer`` replace the measurement (tests pass recorded or constructed numbers)."""
 
     def __init__(self, baseline: RunConfig, quick: bool = True, trace_dir: str | Path | None = None,
-                 runner: Callable[..., dict[str, Any]] | None = None) -> None:
+                 runner: Callable[..., dict[str, Any]] | None = None,
+                 comparer: Callable[..., SpeedComparison] | None = None) -> None:
         self.baseline_config = self.current = baseline
         self.quick = quick
         self.trace_dir = Path(trace_dir) if trace_dir else Path(tempfile.mkdtemp(prefix="capstone_"))
         self._run = runner or run_config
+        self._compare = comparer or compare_configs
         self.rows: list[dict[str, Any]] = []
         self.kept_row: dict[str, Any] | None = None
         self.changes = {c.name: c for c in tuning.tuning_steps(str(baseline.device))}
@@ -306,9 +363,10 @@ class Tuner:
             raise KeyError(f"no change {name!r}; choose one of {', '.join(self.changes)}")
         config = tuning.apply_change(self.current, self.changes[name])
         row = self._run(config, quick=self.quick, trace_dir=self.trace_dir)
+        row["speed"] = speed_summary(self._compare(self.current, config, self.quick))
+        row["tried_on"] = self.kept_row["name"]
         row = derive(row, baseline=self.rows[0], previous=self.kept_row,
                      memory_budget_mb=self.baseline_config.memory_budget_mb)
-        row["tried_on"] = self.kept_row["name"]
         self.rows.append(row)
         if row["decision"] == "keep":  # a reverted change leaves the current configuration as it was
             self.current, self.kept_row = config, row

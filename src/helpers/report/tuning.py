@@ -48,6 +48,7 @@ class RunConfig:
     trace_steps: int = 3  # steady-state steps recorded by the profiler, after the timed ones
     data_delay_ms: float = 0.0  # per batch, spread over its samples: the slow dataset
     workers: int = 0
+    prefetch_factor: int = 2  # batches each worker keeps ready; the queue is workers × this
     pin_memory: bool = False
     sync_every_step: bool = True  # read the loss with .item() every step (a host-device sync)
     precision: str = "fp32"
@@ -63,6 +64,7 @@ class RunConfig:
               windows=self.windows, steps_per_window=self.steps_per_window,
               trace_steps=self.trace_steps)
         count(0, workers=self.workers)
+        count(prefetch_factor=self.prefetch_factor)
         if self.threads is not None:
             count(threads=self.threads)
         positive(lr=self.lr)
@@ -120,13 +122,16 @@ def baseline_config(device: str | torch.device = "cpu", quick: bool = True) -> R
         seq = 512 if quick else 1024
         model = models.GPTConfig(vocab_size=256, seq_len=seq, d_model=768, n_layers=12, n_heads=12,
                                  name="gpt2-small-bytes")
+        # timed runs of at least 3 × the loader's queue (8 workers × 2 batches): see rules.flags
         return RunConfig(model, batch_size=16 if quick else 32, seq_len=seq, device="cuda", lr=3e-4,
-                         warmup=5, windows=4, steps_per_window=5 if quick else 10,
+                         warmup=5, windows=4 if quick else 5, steps_per_window=12 if quick else 10,
                          data_delay_ms=60.0 if quick else 200.0, memory_budget_mb=None)
     if quick:
         model = models.GPTConfig(vocab_size=256, seq_len=64, d_model=64, n_layers=2, n_heads=4,
                                  name="gpt-bytes-tiny")
-        return RunConfig(model, batch_size=8, seq_len=64, device="cpu", data_delay_ms=20.0, threads=1)
+        # 5 windows × 5 steps: at least 3 × the loader's queue (4 workers × 2 batches)
+        return RunConfig(model, batch_size=8, seq_len=64, device="cpu", windows=5, data_delay_ms=20.0,
+                         threads=1)
     model = models.GPTConfig(vocab_size=256, seq_len=128, d_model=128, n_layers=4, n_heads=4,
                              name="gpt-bytes-small-cpu")
     return RunConfig(model, batch_size=16, seq_len=128, device="cpu", windows=5,

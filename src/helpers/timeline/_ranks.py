@@ -98,7 +98,8 @@ class RankRow:
 @dataclass(frozen=True)
 class RankReport:
     """Per-rank rows (sorted by rank), the files that failed, and the straggler summary:
-    the slowest rank (most own time per step, the rule of :func:`timeline.straggler`) and the
+    the slowest rank (most own time per step, :func:`timeline.slowest_rank`; whether it is a
+    straggler beyond the noise needs the steps, :func:`timeline.straggler`) and the
     spread — (min, median, max) — of mean step time and of exposed communication."""
 
     source: str
@@ -106,7 +107,7 @@ class RankReport:
     failed: dict[str, str] = field(default_factory=dict)
 
     @property
-    def straggler(self) -> int | None:
+    def slowest(self) -> int | None:
         return max(self.rows, key=lambda r: r.own_us).rank if self.rows else None
 
     @staticmethod
@@ -126,8 +127,8 @@ class RankReport:
         if not self.rows:
             return f"no rank of {self.source} could be analysed"
         ms = lambda t: "/".join(f"{v / 1e3:.2f}" for v in t)  # noqa: E731
-        slow = next(r for r in self.rows if r.rank == self.straggler)
-        return (f"{len(self.rows)} ranks; slowest rank {self.straggler} (own time {slow.own_us / 1e3:.2f} "
+        slow = next(r for r in self.rows if r.rank == self.slowest)
+        return (f"{len(self.rows)} ranks; slowest rank {self.slowest} (own time {slow.own_us / 1e3:.2f} "
                 f"ms per step); step time min/median/max {ms(self.step_spread_us)} ms; exposed "
                 f"communication min/median/max {ms(self.exposed_spread_us)} ms")
 

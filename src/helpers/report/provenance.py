@@ -1,0 +1,88 @@
+"""Where a report's numbers come from: when, by what command, on what, with which software.
+
+A number without its machine and software is hard to trust or to reproduce, so every capstone
+report header carries these fields (:func:`provenance`), filled where the report is built.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the OS reports it (``/proc/cpuinfo`` on Linux), else the
+    platform's processor string, else the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def device_model(device: str = "cpu") -> str:
+    """``device``'s model: the GPU's name on CUDA, the CPU's model otherwise."""
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return cpu_model()
+
+
+def _command() -> str:
+    argv0 = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    if "ipykernel" in argv0 or ("ipykernel" in sys.modules and argv0 in ("", "-c")):
+        return "a notebook (Jupyter kernel)"
+    if argv0 in ("", "-c"):
+        return "python -c (an inline script)"
+    return " ".join(["python", argv0, *sys.argv[1:]]) if argv0.endswith(".py") else " ".join(sys.argv)
+
+
+def _commit() -> str:
+    """The checkout's commit where the course runs from a git clone; else how it was installed."""
+    here = Path(__file__).resolve()
+    for folder in here.parents:
+        if (folder / ".git").exists():
+            try:
+                out = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"],
+                                     capture_output=True, text=True, timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                return "a git checkout (commit unknown: git did not answer)"
+            return out.stdout.strip() or "a git checkout (commit unknown)"
+    return "an installed package (no git checkout)"
+
+
+def provenance(device: str = "cpu", command: str | None = None) -> dict[str, Any]:
+    """Date and time (UTC), command, device model, CPU thread count, torch, Python and course
+    version, and the commit: what a report header states about where its numbers come from."""
+    from .. import __version__
+
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": command or _command(), "device_model": device_model(device),
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "course": __version__, "commit": _commit()}
+
+
+
+def header_line(recorded: dict[str, Any]) -> str:
+    """The ``recorded:`` line of a report header; the fields a recording lacks are named as
+    not recorded, never shown as '?'."""
+    have = lambda key: recorded.get(key) not in (None, "")  # noqa: E731
+    parts, missing = [], []
+    for key, shown in (("date", "{}"), ("command", "{}"), ("device_model", "{}"),
+                       ("threads", "{} CPU threads"), ("torch", "torch {}"), ("course", "course {}"),
+                       ("commit", "commit {}")):
+        (parts.append(shown.format(recorded[key])) if have(key) else missing.append(key.replace("_", " ")))
+    if have("where"):
+        parts.append(str(recorded["where"]))
+    if missing:
+        parts.append("not recorded: " + ", ".join(missing))
+    return "recorded: " + " · ".join(parts)
