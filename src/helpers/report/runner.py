@@ -252,7 +252,7 @@ def compare_configs(old: RunConfig, new: RunConfig, quick: bool = True, *, min_p
                     max_pairs: int = 40, max_seconds: float | None = None,
                     clock: Callable[[], float] | None = None) -> SpeedComparison:
     """Is ``new`` faster than ``old``? Both are built in this process and timed in interleaved
-    windows of ``new.steps_per_window`` steps (data loading included), the order alternating
+    windows of ``new.steps_per_window`` steps (3 when ``quick``; data loading included), the order alternating
     from pair to pair, at least ``min_pairs`` windows each, until the interval is narrow or the
     time budget is spent (3 s quick, 30 s full). Warm-up steps are never timed. Both sides run
     with ``new.threads`` CPU threads.
@@ -260,7 +260,8 @@ def compare_configs(old: RunConfig, new: RunConfig, quick: bool = True, *, min_p
     One caveat of interleaving: while one side runs, the other side's loader workers fill
     their queue, so each window starts with up to ``workers × prefetch_factor`` batches ready.
     The report flags a timed run too short for that queue (:func:`rules.flags`)."""
-    steps = new.steps_per_window
+    # quick: windows of 3 steps, so that 10 pairs of a slow change (bf16 on a CPU) stay in budget
+    steps = min(3, new.steps_per_window) if quick else new.steps_per_window
     budget = max_seconds if max_seconds is not None else (3.0 if quick else 30.0)
     total = max(old.warmup, new.warmup) + (max_pairs + 2) * steps
     with _threads(new.threads):
