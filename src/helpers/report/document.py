@@ -198,16 +198,8 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
         if row.get("decision") == "revert":
             out.append(f"reverted {row['name']}: " + ("loss moved beyond tolerance" if abs(
                 row["loss_change"]) > row["loss_tolerance"] else f"not faster ({speed_cell(row)})"
-                if not _faster(row) else "does not fit the memory budget"))
-    for row in rows:
-        for flag in row.get("flags", []):
-            out.append(f"check {row['name']}: {flag}")
+                if not row.get("faster") else "does not fit the memory budget"))
     return out
-
-
-def _faster(row: dict[str, Any]) -> bool:
-    """The speed verdict the row's decision used (derive stores it)."""
-    return bool(row.get("faster"))
 
 
 def next_actions(rows: list[dict[str, Any]]) -> list[str]:

@@ -320,10 +320,11 @@ def derive(row: dict[str, Any], baseline: dict[str, Any] | None = None,
         ref = previous or baseline
         out["vs_previous"] = rules.compare(ref, out)
         if previous is not None:
-            # faster = the verdict of the interleaved comparison with the configuration it was tried
-            # on; a row recorded before that comparison existed falls back to its window rule
-            speed = out.get("speed")
-            faster = speed["verdict"] == "faster" if speed else rules.window_rule(previous, out)
+            # faster = the interleaved verdict against the configuration it was tried on (compare
+            # reads it); a row recorded before that comparison existed falls back to the window rule
+            faster = out["vs_previous"]["time_improved"]
+            if faster is None:
+                faster = rules.window_rule(previous, out)
             out["faster"] = faster
             out["decision"] = rules.decide(out["loss_change"], rules.memory_mb(previous), out["memory_mb"],
                                            faster, tolerance, memory_budget_mb)
