@@ -40,7 +40,7 @@ import nbformat
 
 from trainperf.course import chapter_notebook, chapters, find_root
 from trainperf.discriminate import load_mistakes, solution_answers, with_answers
-from trainperf.grade import grade
+from trainperf.grading.grade import grade
 
 
 def _papermill(notebook: Path, workdir: Path) -> float:
@@ -173,7 +173,7 @@ def main() -> None:
             assert all(r.score == r.max_score for r in rows), "an honest submission lost points"
         stock = None
         if not args.no_stock:
-            from trainperf.stock import autograde
+            from trainperf.grading.stock import autograde
 
             start = time.perf_counter()
             scores = autograde(root, chapter, {f"student{i:03d}": honest for i in range(n)},

@@ -19,10 +19,10 @@ from conftest import ROOT, once_per_worker
 
 from trainperf.cli import main
 from trainperf.discriminate import load_mistakes, solution_answers, with_answers
-from trainperf.grade import grade
-from trainperf.parts import details_path, read_part
-from trainperf.shards import assign
-from trainperf.submissions import discover
+from trainperf.grading.grade import grade
+from trainperf.grading.parts import details_path, read_part
+from trainperf.grading.shards import assign
+from trainperf.grading.submissions import discover
 
 pytestmark = pytest.mark.notebooks
 CHAPTER = "01_roofline"

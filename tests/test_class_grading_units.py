@@ -20,9 +20,12 @@ from conftest import ROOT
 
 from trainperf.cli import main
 from trainperf.course import CourseError
-from trainperf.exam import _test_cell_notes
-from trainperf.grade import Limits, _reasons
-from trainperf.isolate import Execution
+from trainperf.grading.exam import _test_cell_notes
+from trainperf.grading.grade import Limits, _reasons
+from trainperf.grading.isolate import Execution
+from trainperf.grading.results import Outcome, StudentRow
+from trainperf.grading.shards import Shard, assign, select, summarize
+from trainperf.grading.submissions import Found
 from trainperf.report import (
     ERROR,
     NOT_ATTEMPTED,
@@ -33,9 +36,6 @@ from trainperf.report import (
     failure_message,
     review_reasons,
 )
-from trainperf.results import Outcome, StudentRow
-from trainperf.shards import Shard, assign, select, summarize
-from trainperf.submissions import Found
 
 RECIPES = ROOT / "grader" / "recipes"
 
@@ -168,7 +168,7 @@ def test_hints_name_cells_to_look_at():
 
 
 def test_merge_and_report_need_neither_torch_nor_nbgrader():
-    code = ("import sys, trainperf.cli, trainperf.parts, trainperf.report; "
+    code = ("import sys, trainperf.cli, trainperf.grading.parts, trainperf.report; "
             "print(sorted(m for m in ('torch', 'nbgrader', 'helpers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -297,9 +297,9 @@ def test_slurm_script_refuses_bad_arguments(tmp_path):
 
 def _synthetic_class(folder: Path) -> Path:
     """A graded class written the way `trainperf grade` writes one (no notebook executed)."""
-    from trainperf.parts import course_version, write_details
-    from trainperf.results import write_csv
-    from trainperf.shards import ClassSummary
+    from trainperf.grading.parts import course_version, write_details
+    from trainperf.grading.results import write_csv
+    from trainperf.grading.shards import ClassSummary
 
     def outcome(student, verdicts, reason="", seconds=1.0, flags=()):
         points = sum(v["points"] for v in verdicts)

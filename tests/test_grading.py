@@ -45,7 +45,7 @@ def test_a_chinese_submission_grades_as_the_same_answers_in_english(tmp_path):
 
     import nbformat
 
-    from trainperf.grade import grade
+    from trainperf.grading.grade import grade
 
     chapter = "01_roofline"
     name = chapter_notebook(ROOT, chapter).name
@@ -86,7 +86,7 @@ def test_a_chinese_submission_runs_the_english_exam(chapter):
 
     import nbformat
 
-    from trainperf.exam import build_exam
+    from trainperf.grading.exam import build_exam
 
     name = chapter_notebook(ROOT, chapter).name
     solution = json.loads(chapter_notebook(ROOT, chapter).read_text(encoding="utf-8"))

@@ -22,8 +22,8 @@ import pytest
 from conftest import ROOT, once_per_worker
 
 from trainperf.discriminate import solution_answers, with_answers
-from trainperf.grade import Limits, grade
-from trainperf.submissions import display_name
+from trainperf.grading.grade import Limits, grade
+from trainperf.grading.submissions import display_name
 
 pytestmark = pytest.mark.notebooks
 CHAPTER = "01_roofline"

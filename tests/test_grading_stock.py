@@ -14,8 +14,8 @@ from nbformat import read
 from trainperf import prune
 from trainperf.course import chapter_notebook
 from trainperf.discriminate import load_mistakes, solution_answers, with_answers
-from trainperf.exam import _preamble
-from trainperf.stock import autograde
+from trainperf.grading.exam import _preamble
+from trainperf.grading.stock import autograde
 
 pytestmark = pytest.mark.notebooks
 

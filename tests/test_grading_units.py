@@ -11,12 +11,12 @@ import pytest
 from conftest import ROOT
 
 from helpers import _records, checks
-from trainperf.copies import flags
-from trainperf.exam import Exam, GradedCell, matches, score
-from trainperf.hidden import lint_hidden, split_hidden, strip_expectations
-from trainperf.results import Outcome, StudentRow, write_csv, write_feedback
-from trainperf.sandbox import MAX_RECORDS_PER_CELL, CellRecords
-from trainperf.submissions import discover, display_name, file_stem, read_submission, spreadsheet_safe
+from trainperf.grading.copies import flags
+from trainperf.grading.exam import Exam, GradedCell, matches, score
+from trainperf.grading.hidden import lint_hidden, split_hidden, strip_expectations
+from trainperf.grading.results import Outcome, StudentRow, write_csv, write_feedback
+from trainperf.grading.sandbox import MAX_RECORDS_PER_CELL, CellRecords
+from trainperf.grading.submissions import discover, display_name, file_stem, read_submission, spreadsheet_safe
 
 HIDDEN = '''x = 1
 ### BEGIN HIDDEN TESTS
@@ -222,7 +222,7 @@ def test_blocked_reaches_a_copy_rebuilt_from_source_but_not_a_learners_own_cell(
 def test_isolation_says_why_it_is_weaker(monkeypatch, tmp_path):
     import shutil
 
-    from trainperf import isolate
+    from trainperf.grading import isolate
 
     real_which = shutil.which
     monkeypatch.setattr(shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
@@ -235,8 +235,8 @@ def test_isolation_says_why_it_is_weaker(monkeypatch, tmp_path):
 
 
 def test_require_isolation_is_one_clear_error(monkeypatch, tmp_path, capsys):
-    from trainperf import grade as grading
     from trainperf.cli import main
+    from trainperf.grading import grade as grading
 
     monkeypatch.setattr(grading, "detect", lambda site, root: grading.Isolation("none", "no bwrap here"))
     (tmp_path / "subs" / "ada").mkdir(parents=True)
@@ -247,7 +247,7 @@ def test_require_isolation_is_one_clear_error(monkeypatch, tmp_path, capsys):
 
 
 def test_sandbox_commands_per_level(tmp_path):
-    from trainperf.isolate import KernelLimits, kernel_argv
+    from trainperf.grading.isolate import KernelLimits, kernel_argv
 
     uid_argv, _ = kernel_argv("uid", 1_234_567, tmp_path, tmp_path / "c", KernelLimits(), record=True)
     assert uid_argv[0] == "bwrap" and "--unshare-pid" in uid_argv and "--unshare-net" in uid_argv

@@ -15,7 +15,7 @@ from conftest import CHAPTERS, ROOT
 
 from trainperf import i18n
 from trainperf.course import chapter_notebook
-from trainperf.hidden import lint_hidden, split_hidden
+from trainperf.grading.hidden import lint_hidden, split_hidden
 
 pytestmark = pytest.mark.notebooks
 MAX_TEACHING_CELL_LINES = 15  # longer logic belongs in src/helpers
@@ -145,7 +145,7 @@ def test_test_cells_are_self_contained(chapter):
     import ast
     import builtins
 
-    from trainperf.exam import helper_imports
+    from trainperf.grading.exam import helper_imports
 
     nb = nbformat.read(chapter_notebook(ROOT, chapter), as_version=4)
     _, imported = _names(ast.parse(helper_imports(nb)))

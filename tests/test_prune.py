@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT
 
 from trainperf import prune
-from trainperf.exam import build_exam
+from trainperf.grading.exam import build_exam
 
 
 def code(source: str) -> dict:

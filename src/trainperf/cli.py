@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "merge":  # needs no checkout: a merge machine may hold only the parts
-            from .parts import merge
+            from .grading.parts import merge
 
             rows = merge(args.parts, args.out, args.feedback)
             print(f"wrote {args.out} ({len(rows)} students from {len(args.parts)} part(s))")
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                           jobs=args.jobs, cell_timeout=args.cell_timeout)
             return 0 if all(r.status == "ok" for r in results) else 1
         if args.command == "grade":
-            from .grade import Limits, grade
-            from .shards import Shard
+            from .grading.grade import Limits, grade
+            from .grading.shards import Shard
 
             shard = Shard.parse(args.shard) if args.shard is not None else None
             os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")

@@ -36,7 +36,7 @@ def solution_answers(solution_path: Path) -> dict[str, str]:
     """Answer-cell sources of a solution notebook with the solution markers removed."""
     import nbformat
 
-    from .exam import solution_answers as answers_of
+    from .grading.exam import solution_answers as answers_of
 
     return answers_of(nbformat.read(solution_path, as_version=4))
 
@@ -112,7 +112,7 @@ def build_submissions(root: Path, chapter: str, released: Path, dest: Path
 def discriminate(root: Path, wanted: list[str] | None = None, jobs: int = 1,
                  workdir: Path | None = None) -> list[str]:
     """Grade stub, solution and mistakes of each chapter; returns the failures (empty = ok)."""
-    from .grade import grade
+    from .grading.grade import grade
 
     chapter_ids = chapters(root, wanted)
     failures: list[str] = []

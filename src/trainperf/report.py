@@ -1,7 +1,7 @@
 """``trainperf report GRADES.csv --out report/``: the class at a glance, for the instructor.
 
 It reads a grades CSV and the details file beside it (``GRADES.csv.details.jsonl``, written by
-``trainperf grade`` and ``trainperf merge``; see :mod:`trainperf.parts`), checked whole and
+``trainperf grade`` and ``trainperf merge``; see :mod:`trainperf.grading.parts`), checked whole and
 unchanged, and writes into ``--out``:
 
 - ``index.html`` — per chapter: submitted, missing and unreadable notebooks and the scores; per
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import CourseError
-from .parts import Part, read_part
-from .results import Outcome, StudentRow, shown_ids
-from .submissions import spreadsheet_safe
+from .grading.parts import Part, read_part
+from .grading.results import Outcome, StudentRow, shown_ids
+from .grading.submissions import spreadsheet_safe
 
 TOP_MESSAGES = 3
 SLOWEST = 10

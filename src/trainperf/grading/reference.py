@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .course import CourseError, cache_dir, chapter_notebook, generate_uncached, make_scratch_course
+from .. import __version__
+from ..course import CourseError, cache_dir, chapter_notebook, generate_uncached, make_scratch_course
 from .exam import build_exam, check_records
 
 
@@ -113,7 +113,7 @@ def reference_records(template: ChapterTemplate, run_exam, fresh: bool = False
     """grade_id -> the reference run's hidden-check records (cached by ``source_hash``).
 
     ``run_exam(notebook)`` executes a notebook in a fresh kernel with recording on and returns
-    an :class:`trainperf.isolate.Execution`.
+    an :class:`trainperf.grading.isolate.Execution`.
     """
     cached = cache_dir() / "reference" / f"{template.chapter}-{template.source_hash}.json"
     if cached.is_file() and not fresh:

@@ -1,7 +1,7 @@
 """Execute one notebook for grading: the trusted notebook client, in a child the grader starts.
 
-Runs as ``python -m trainperf.sandbox --result-fd N`` with a job (JSON) on stdin: the notebook,
-the command that starts the kernel (inside the sandbox, see :mod:`trainperf.isolate`), the
+Runs as ``python -m trainperf.grading.sandbox --result-fd N`` with a job (JSON) on stdin: the notebook,
+the command that starts the kernel (inside the sandbox, see :mod:`trainperf.grading.isolate`), the
 folder for the kernel's connection file and sockets, and the limits. Only the kernel runs in
 the sandbox; this process runs as the grader, where the kernel can neither see nor signal it.
 

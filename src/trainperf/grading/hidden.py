@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
-from . import syntax
+from .. import syntax
 
 HIDDEN_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) HIDDEN TESTS[ \t]*$", re.MULTILINE)
 HIDDEN_KINDS = ("close", "equal", "one_of")

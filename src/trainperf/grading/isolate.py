@@ -1,7 +1,7 @@
 """The sandbox a submission's kernel runs in, built on bubblewrap, and one graded execution.
 
 Only the learner's kernel runs in the sandbox. The notebook client that drives it
-(:mod:`trainperf.sandbox`) and everything that scores it run as the grader, outside.
+(:mod:`trainperf.grading.sandbox`) and everything that scores it run as the grader, outside.
 
 Isolation levels, strongest first (``detect`` picks the best that works here and says why not
 the strongest):
@@ -344,7 +344,7 @@ def execute(notebook: dict[str, Any], *, isolation: Isolation, uid: int | None, 
                      JUPYTER_CONFIG_DIR=str(client_home), JUPYTER_DATA_DIR=str(client_home),
                      PYDEVD_DISABLE_FILE_VALIDATION="1", PYTHONDONTWRITEBYTECODE="1")
     read_fd, write_fd = os.pipe()
-    command = [sys.executable, "-m", "trainperf.sandbox", "--result-fd", str(write_fd)]
+    command = [sys.executable, "-m", "trainperf.grading.sandbox", "--result-fd", str(write_fd)]
     result = Execution()
     log_path = client_home / "client.log"
     start = time.perf_counter()

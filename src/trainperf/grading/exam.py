@@ -7,7 +7,7 @@ else — teaching cells, the parameters cell and every test cell — comes from 
 so a deleted, emptied or edited test cell changes nothing but the report.
 
 Each test cell runs its visible checks (feedback for the learner) and then its hidden part
-with every ``expect=`` removed (:func:`trainperf.hidden.strip_expectations`): in the learner's
+with every ``expect=`` removed (:func:`trainperf.grading.hidden.strip_expectations`): in the learner's
 kernel the hidden checks only turn the answers into plain data and record them. The
 **reference run** executes the same exam with the solution's answers and the expected side
 kept; its records — the solution's values, each check's kind and tolerance — are what the
@@ -27,9 +27,9 @@ from typing import Any
 from helpers._records import compare
 from helpers.i18n import LANGUAGES, tr_in
 
-from . import prune, syntax
+from .. import prune, syntax
+from ..i18n import notebook_language, set_language_parameter
 from .hidden import split_hidden, strip_expectations
-from .i18n import notebook_language, set_language_parameter
 
 _SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 

@@ -1,10 +1,10 @@
 """``trainperf grade``: grade a folder of submissions into a CSV you can trust.
 
 Per chapter, nbgrader generates the release (graded cells and points) and a trusted reference
-run records what the solution produces for every hidden check (:mod:`trainperf.reference`).
-Each submission then runs alone in a fresh kernel in the sandbox (:mod:`trainperf.isolate`);
+run records what the solution produces for every hidden check (:mod:`trainperf.grading.reference`).
+Each submission then runs alone in a fresh kernel in the sandbox (:mod:`trainperf.grading.isolate`);
 the kernel only produces values, and this process compares them with the reference
-(:mod:`trainperf.exam`). Finished notebooks are recorded in a progress file next to the CSV,
+(:mod:`trainperf.grading.exam`). Finished notebooks are recorded in a progress file next to the CSV,
 so an interrupted run resumes where it stopped.
 """
 
@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..course import CourseError, cache_dir, chapter_notebook, chapters, tree_hash
 from .copies import flags as copy_flags
-from .course import CourseError, cache_dir, chapter_notebook, chapters, tree_hash
 from .exam import CellVerdict, build_exam, events, score, solution_answers
 from .isolate import Isolation, KernelLimits, detect, execute, install_helpers_copy, pick_uids
 from .parts import course_version, student_order, write_details
@@ -210,7 +210,7 @@ def grade(root: Path, submissions: Path, out: Path, wanted: list[str] | None = N
           feedback: Path | None = None, fresh: bool = False,
           require_isolation: bool = False, shard: Shard | None = None) -> list[StudentRow]:
     """Grade every student in ``submissions`` (or one ``shard`` of them) and write ``out`` (CSV)
-    and its details file (:mod:`trainperf.parts`). Returns the rows."""
+    and its details file (:mod:`trainperf.grading.parts`). Returns the rows."""
     limits = limits or Limits()
     chapter_ids = chapters(root, wanted)
     if not submissions.is_dir():

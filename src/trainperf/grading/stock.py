@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .course import CourseError, chapter_notebook, generate_uncached, make_scratch_course, nbgrader
+from ..course import CourseError, chapter_notebook, generate_uncached, make_scratch_course, nbgrader
 
 
 def autograde(root: Path, chapter: str, submissions: dict[str, object], scratch: Path,

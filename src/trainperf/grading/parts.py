@@ -3,9 +3,9 @@
 ``trainperf grade`` writes ``GRADES.csv`` and, beside it, ``GRADES.csv.details.jsonl``: what the
 CSV cannot hold. Its first line says what was graded — the shard (``1/1`` for a whole class),
 the chapters, the **course version** (each chapter's ``source_hash``: solution, helpers and tool
-versions; the limits; the trainperf version), the class digest of :mod:`trainperf.shards` and
+versions; the limits; the trainperf version), the class digest of :mod:`trainperf.grading.shards` and
 the SHA-256 of the CSV it belongs to. Then one line per student: the raw id, the notes on the
-student's folder and every chapter's :class:`~trainperf.results.Outcome` with the per-cell
+student's folder and every chapter's :class:`~trainperf.grading.results.Outcome` with the per-cell
 verdicts. A last line ``{"end": <students>}`` proves the file is whole.
 
 A **part** is such a pair written by ``trainperf grade --shard I/N``. ``merge`` checks the parts
@@ -24,8 +24,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import __version__
-from .course import CourseError
+from .. import __version__
+from ..course import CourseError
 from .results import Outcome, StudentRow, write_csv, write_feedback
 from .shards import ClassSummary, Shard
 from .submissions import display_name

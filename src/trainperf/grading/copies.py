@@ -20,7 +20,7 @@ from pathlib import Path
 
 from helpers.checks import fingerprint
 
-from . import syntax
+from .. import syntax
 
 # A function shorter than this (in instructions) can be written the same way by anyone who
 # follows the exercise text, so being identical to a helper proves nothing.

@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from .course import CourseError
+from ..course import CourseError
 from .submissions import Found
 
 _SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
