@@ -360,3 +360,95 @@ if os.fork() == 0:
 
 STUBBORN_LOOP = ("import time\nwhile True:\n    try:\n        time.sleep(0.2)\n"
                  "    except BaseException:\n        pass\n")
+
+# Issue 22: routes around an in-process switch. The graded kernel's helpers copy has no body for
+# the exercise's functions, so each finds only a stub.
+HELPER_SERVER = VISIBLE_ONLY + '''
+import subprocess, sys
+
+def gemm_intensity(M, K, N, b):
+    easy = _visible_only(M, K, N, b)
+    if easy is not None:
+        return easy
+    code = ("from helpers import roofline as r; "
+            f"print(r.intensity(r.gemm_flops({M}, {K}, {N}), r.gemm_bytes({M}, {K}, {N}, {b})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    try:
+        return float(out.stdout.strip())
+    except ValueError:
+        return 1.0
+'''
+
+FRESH_IMPORT = VISIBLE_ONLY + '''
+import importlib
+s = __import__("s" + "ys")
+
+def gemm_intensity(M, K, N, b):
+    easy = _visible_only(M, K, N, b)
+    if easy is not None:
+        return easy
+    for name in [n for n in s.modules if n.startswith("helpers")]:
+        del s.modules[name]
+    try:
+        fresh = importlib.import_module("helpers.roofline")
+        return fresh.intensity(fresh.gemm_flops(M, K, N), fresh.gemm_bytes(M, K, N, b))
+    except Exception:
+        return 1.0
+'''
+
+READ_HELPER_FILES = VISIBLE_ONLY + '''
+import os
+import helpers
+
+def gemm_intensity(M, K, N, b):
+    easy = _visible_only(M, K, N, b)
+    if easy is not None:
+        return easy
+    path = os.path.join(os.path.dirname(helpers.__file__), "roofline.py")
+    space = {"__name__": "copied"}
+    try:
+        exec(open(path).read(), space)
+        return space["intensity"](space["gemm_flops"](M, K, N), space["gemm_bytes"](M, K, N, b))
+    except Exception:
+        return 1.0
+'''
+
+LAZY_TENSOR = VISIBLE_ONLY + '''
+import torch
+
+class Lazy(torch.Tensor):
+    """Computes the answer with the helper only when the grader converts it."""
+    def tolist(self):
+        from helpers import roofline
+        M, K, N, b = self.case
+        return roofline.intensity(roofline.gemm_flops(M, K, N), roofline.gemm_bytes(M, K, N, b))
+
+def gemm_intensity(M, K, N, b):
+    easy = _visible_only(M, K, N, b)
+    if easy is not None:
+        return easy
+    lazy = torch.zeros(()).as_subclass(Lazy)
+    lazy.case = (M, K, N, b)
+    return lazy
+'''
+
+HUGE_INTEGER = VISIBLE_ONLY + '''
+def gemm_intensity(M, K, N, b):
+    easy = _visible_only(M, K, N, b)
+    return easy if easy is not None else 10 ** 5000
+'''
+
+# Issue 22: a value left in the kernel keyring by one submission. The writer's answer is right
+# only if the kernel could store a key; the reader's answer turns wrong if it finds one.
+_KEYCTL = '''
+import ctypes, os
+_libc = ctypes.CDLL(None, use_errno=True)
+_ADD_KEY, _KEYCTL_NR = {"x86_64": (248, 250), "aarch64": (217, 219)}[os.uname().machine]
+_RINGS = (-3, -4, -5)  # the session, user and user-session keyrings
+'''
+KEY_WRITER = _KEYCTL + '''
+_STORED = [_libc.syscall(_ADD_KEY, b"user", b"trainperf-leak", b"answers", 7, ring) > 0 for ring in _RINGS]
+'''
+KEY_READER = _KEYCTL + '''
+_FOUND = [_libc.syscall(_KEYCTL_NR, 10, ring, b"user", b"trainperf-leak", 0) > 0 for ring in _RINGS]
+'''

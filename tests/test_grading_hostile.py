@@ -42,6 +42,8 @@ ATTACKS_ON_EX1 = {
     "fake_helpers": P.FAKE_HELPERS, "thread_repatch": P.THREAD_REPATCH, "scan_processes": P.SCAN_PROCESSES,
     "blocked_bypass": P.BLOCKED_BYPASS, "helper_by_name": P.HELPER_BY_NAME, "big_records": P.BIG_RECORDS,
     "disk_hog": P.DISK_HOG, "process_hog": P.PROCESS_HOG,
+    "helper_server": P.HELPER_SERVER, "fresh_import": P.FRESH_IMPORT,
+    "read_helper_files": P.READ_HELPER_FILES, "lazy_tensor": P.LAZY_TENSOR, "huge_integer": P.HUGE_INTEGER,
 }
 
 
@@ -310,11 +312,21 @@ def test_a_process_that_outlives_its_notebook_cannot_hurt_the_next_student(tmp_p
     _write(subs / "a_attacker" / CHAPTER,
            with_answers(RELEASED, _answers(ex1_intensity=P.FORK_KILLER + SOLUTION["ex1_intensity"])))
     _write(subs / "b_victim" / CHAPTER, with_answers(RELEASED, _answers()))
+    # the kernel keyring (issue 22): the writer scores full only if all its keys were stored,
+    # the reader loses ex 2's point if it finds any of them
+    correct_if = ("\n_right = ideal_time_ms\ndef ideal_time_ms(*a, **k):\n"
+                  "    return _right(*a, **k) if {} else -1.0\n")
+    _write(subs / "c_key_writer" / CHAPTER, with_answers(RELEASED, _answers(
+        ex2_ideal_time=SOLUTION["ex2_ideal_time"] + P.KEY_WRITER + correct_if.format("all(_STORED)"))))
+    _write(subs / "d_key_reader" / CHAPTER, with_answers(RELEASED, _answers(
+        ex2_ideal_time=SOLUTION["ex2_ideal_time"] + P.KEY_READER + correct_if.format("not any(_FOUND)"))))
     rows = {r.student: r for r in grade(ROOT, subs, tmp_path / "grades.csv", [CHAPTER], jobs=1,
                                         workdir=tmp_path / "scratch")}
     assert rows["a_attacker"].score == FULL and "outlived" not in rows["a_attacker"].reason
     assert rows["b_victim"].score == FULL and rows["b_victim"].reason == ""
     assert not _survivors(P.FORK_KILLER_MARK)
+    assert rows["c_key_writer"].score == FULL, "the writer could not store its keys: the test proves nothing"
+    assert rows["d_key_reader"].score == FULL, "a key left by an earlier submission was readable"
 
 
 def _survivors(mark: str) -> list[int]:

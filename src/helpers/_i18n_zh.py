@@ -21,6 +21,7 @@ MESSAGES: dict[str, str] = {
         "✗ {what}：这项隐藏检查在这里没有期望值；它由 `trainperf grade` 评分。",
     "This exercise asks you to compute it yourself; calling {name} is switched off while it is graded.":
         "这道练习要求你自己计算；评分期间调用 {name} 已被关闭。",
+    "{name} is exercise {exercise}: write it yourself.": "{name} 是练习 {exercise}：请自己写出它。",
     # trainperf grade: a Chinese submission's feedback
     "hidden tests: {failed} of {total} checks failed (details are not shown)":
         "隐藏测试：{total} 项检查中有 {failed} 项未通过（不显示细节）",

@@ -32,25 +32,36 @@ class NotPlain(TypeError):
 
 
 def _number_like(value: Any) -> Any:
-    """numpy / torch scalars and small arrays by value; None when ``value`` is neither."""
-    module = type(value).__module__.split(".")[0]
+    """numpy / torch scalars and small arrays by value; None when ``value`` is neither.
+
+    Only the libraries' own types count, never a subclass: a subclass's ``tolist`` or
+    ``item`` is the learner's code, and it would run here, after the graded region ended."""
+    kind = type(value)
+    module = kind.__module__.split(".")[0]
     if module == "numpy":
         import numpy as np
 
-        if isinstance(value, np.generic):
-            return value.item()
-        if isinstance(value, np.ndarray):
+        if kind is np.ndarray:
             if value.size > MAX_ELEMENTS:
                 raise NotPlain(f"an array of {value.size:,} elements is too large to grade")
+            if value.dtype.kind not in "biuf":
+                raise NotPlain(f"an array of dtype {value.dtype} is not numbers")
             return value.tolist()
+        if kind in _numpy_scalars(np):
+            return value.item()
     if module == "torch":
         import torch
 
-        if isinstance(value, torch.Tensor):
+        if kind is torch.Tensor:
             if value.numel() > MAX_ELEMENTS:
                 raise NotPlain(f"a tensor of {value.numel():,} elements is too large to grade")
-            return value.detach().cpu().tolist()
+            with torch._C.DisableTorchFunction():  # a torch function mode is the learner's code too
+                return value.detach().cpu().tolist()
     return None
+
+
+def _numpy_scalars(np: Any) -> set[type]:
+    return {t for t in np.sctypeDict.values() if issubclass(t, np.number | np.bool_)}
 
 
 def to_plain(value: Any, _depth: int = 0) -> Any:
@@ -63,6 +74,8 @@ def to_plain(value: Any, _depth: int = 0) -> Any:
     if _depth > MAX_DEPTH:
         raise NotPlain("the answer is nested too deeply")
     kind = type(value)
+    if kind is int and value.bit_length() > 1024:  # beyond any float: no sensible answer is this big
+        raise NotPlain(f"an integer of {value.bit_length():,} bits is too large to grade")
     if value is None or kind in (bool, int, str):
         return value
     if kind is float:

@@ -155,7 +155,11 @@ class _Hidden:
                                      "it is graded by `trainperf grade`.", what=text(what)))
             _records.emit(record)  # the learner's kernel under trainperf grade: data only
             return
-        wanted = _records.to_plain(list(expect()) if kind == "one_of" else expect())
+        _replay.in_expect = True
+        try:
+            wanted = _records.to_plain(list(expect()) if kind == "one_of" else expect())
+        finally:
+            _replay.in_expect = False
         if "error" in record or not _records.compare(kind, record["value"], wanted, rtol, atol):
             shown = (tr("one of {options}", options=", ".join(_fmt(w) for w in wanted))
                      if kind == "one_of" else _fmt(wanted))
@@ -168,6 +172,166 @@ class _Hidden:
 
 
 hidden = _Hidden()
+
+
+class _Replay:
+    """Results of the trusted cells' calls to an exercise's helpers, from the reference run.
+
+    Under ``trainperf grade`` the learner's kernel has no body for the helpers an exercise asks
+    for (:mod:`trainperf.grading.stubs`). The chapter's own cells still call some of them on
+    fixed inputs (a visible check's expected value, a hidden case built from a trace), so the
+    reference run records each such call — outside ``expect=`` and outside another recorded
+    call — keyed by its arguments, and the learner's kernel replays it. A call with other
+    arguments (the learner's) has nothing to replay."""
+
+    MAX_ITEM = 8 * 2**20
+    MAX_TOTAL = 64 * 2**20
+
+    def __init__(self) -> None:
+        self.depth = 0  # inside a recorded call: its inner calls are not recorded
+        self.in_expect = False  # evaluating a hidden check's expected side: never recorded
+        self.written = 0
+        self.table: dict[str, list[bytes]] | None = None  # per key, results in call order
+
+    @staticmethod
+    def folder() -> str:
+        import os
+
+        return os.environ.get("TRAINPERF_REPLAY", "")
+
+    @staticmethod
+    def key(name: str, args: tuple, kwargs: dict, tensor_values: bool = True) -> str | None:
+        """The same in every process for the same arguments: tensors by dtype, shape and bytes
+        (torch's own pickling is not reproducible), functions by where their code was written
+        (a trusted cell's ``lambda`` is the same code in both runs)."""
+        import hashlib
+        import io
+        import pickle
+        import sys
+
+        torch = sys.modules.get("torch")
+
+        class Canonical(pickle.Pickler):
+            def persistent_id(self, obj: Any) -> Any:
+                if torch is not None and not tensor_values and isinstance(
+                        obj, torch.nn.Module | torch.optim.Optimizer):
+                    # a model or optimizer a closure captured: by its structure
+                    shapes = [(k, tuple(v.shape)) for k, v in obj.state_dict().items()
+                              if isinstance(v, torch.Tensor)] if isinstance(obj, torch.nn.Module) else []
+                    return ("structure", type(obj).__qualname__, repr(obj)[:2000], tuple(shapes))
+                if torch is not None and isinstance(obj, torch.Tensor):
+                    t = obj.detach().cpu().contiguous()
+                    data = (t.reshape(-1).view(torch.uint8).numpy().tobytes()
+                            if t.numel() and tensor_values else b"")
+                    return ("tensor", str(t.dtype), tuple(t.shape), data)
+                if isinstance(obj, types.FunctionType):
+                    # by its code and what it captured, tensors by dtype and shape only: a
+                    # trusted cell's closure over a freshly initialised model or a random batch
+                    # is the same call in both runs, and a closure with other shapes is not
+                    cells = []
+                    for cell in obj.__closure__ or ():
+                        try:
+                            cells.append(cell.cell_contents)
+                        except ValueError:  # an empty cell
+                            cells.append(None)
+                    return ("function", obj.__qualname__, repr(fingerprint(obj.__code__)),
+                            _Replay.key("closure", tuple(cells), {}, tensor_values=False))
+                if isinstance(obj, types.MethodType | types.BuiltinFunctionType):
+                    return ("method", getattr(obj, "__qualname__", ""),
+                            _Replay.key("self", (getattr(obj, "__self__", None),), {})
+                            if isinstance(obj, types.MethodType) else "")
+                return None
+
+        buffer = io.BytesIO()
+        pickler = Canonical(buffer, protocol=4)
+        pickler.fast = True  # no memo: equal values give equal bytes, shared or not
+        try:
+            pickler.dump((name, args, kwargs))
+        except Exception:  # noqa: BLE001 — an argument that does not pickle has no key
+            return None
+        return hashlib.sha256(buffer.getvalue()).hexdigest()
+
+    def store(self, name: str, args: tuple, kwargs: dict, result: Any) -> None:
+        import os
+        import pickle
+
+        key = self.key(name, args, kwargs)
+        try:
+            blob = pickle.dumps(result, protocol=4)
+        except Exception:  # noqa: BLE001
+            return
+        if key is None or len(blob) > self.MAX_ITEM or self.written + len(blob) > self.MAX_TOTAL:
+            return
+        with open(os.path.join(self.folder(), "calls.pkl"), "ab") as fh:
+            pickle.dump((key, blob), fh, protocol=4)
+        self.written += len(blob)
+
+    def lookup(self, name: str, args: tuple, kwargs: dict) -> tuple[bool, Any]:
+        import os
+        import pickle
+
+        if self.table is None:
+            self.table = {}
+            path = os.path.join(self.folder(), "calls.pkl")
+            if self.folder() and os.path.isfile(path):
+                with open(path, "rb") as fh:  # written by the trusted reference run
+                    while True:
+                        try:
+                            key, blob = pickle.load(fh)
+                        except EOFError:
+                            break
+                        self.table.setdefault(key, []).append(blob)
+        key = self.key(name, args, kwargs)
+        if key is None or key not in self.table:
+            return False, None
+        # two trusted calls can share a key (a closure over a model under two checkpointing
+        # plans): they replay in the order they were made; the last result then repeats
+        results = self.table[key]
+        return True, pickle.loads(results.pop(0) if len(results) > 1 else results[0])
+
+
+_replay = _Replay()
+
+
+def recorded_for_grading(qualified_name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """The reference run's wrapper of an exercise's helper: records what trusted cells get."""
+    import functools
+    import os
+
+    if not os.environ.get("TRAINPERF_REPLAY_WRITE"):
+        return function
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _replay.depth or _replay.in_expect:
+            return function(*args, **kwargs)
+        _replay.depth += 1
+        try:
+            result = function(*args, **kwargs)
+        finally:
+            _replay.depth -= 1
+        _replay.store(qualified_name, args, kwargs, result)
+        return result
+
+    return wrapper
+
+
+def removed_for_grading(qualified_name: str, exercise: int, args: tuple = (),
+                        kwargs: dict | None = None) -> Any:
+    """What a helper does in the graded kernel when an exercise asks the learner to write it.
+
+    ``trainperf grade`` runs a submission against a copy of the helpers in which that function
+    has no body (:mod:`trainperf.grading.stubs`). A call the chapter's own cells made in the
+    reference run, with the same arguments, gets the reference's result; any other call is
+    reported to the instructor and fails."""
+    __tracebackhide__ = True
+    found, result = _replay.lookup(qualified_name, args, kwargs or {})
+    if found:
+        return result
+    if _records.recording():
+        _records.emit({"event": "blocked-call", "helper": qualified_name})
+    raise RuntimeError(tr("{name} is exercise {exercise}: write it yourself.",
+                          name=qualified_name, exercise=exercise))
 
 
 def _blocked_function(qualified_name: str) -> types.FunctionType:

@@ -85,15 +85,24 @@ def helper_fingerprints(package_dir: str) -> dict[tuple, str]:
 
 def _back_doors(tree: ast.AST) -> list[str]:
     used = []
+    called = _called_modules(tree)
     for node in ast.walk(tree):
+        if id(node) in called:
+            continue
         name = (node.attr if isinstance(node, ast.Attribute)
                 else node.id if isinstance(node, ast.Name) else None)
-        if name == "modules" and not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                                      and node.value.id == "sys"):
-            continue
+        if name == "modules" and not isinstance(node, ast.Attribute):
+            continue  # a variable called modules; ``any_alias_of_sys.modules`` is an attribute
         if name in _BACK_DOORS and _BACK_DOORS[name] not in used:
             used.append(_BACK_DOORS[name])
     return used
+
+
+def _called_modules(tree: ast.AST) -> set[int]:
+    """``model.modules()`` (torch's module iterator) is not ``sys.modules``: ids of those nodes."""
+    return {id(node.func) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "modules"}
 
 
 def flags(answers: dict[str, str], package_dir: str) -> list[str]:
@@ -114,3 +123,83 @@ def flags(answers: dict[str, str], package_dir: str) -> list[str]:
         if doors:
             notes.append(f"answer {gid} uses {', '.join(doors)}, which can copy helper code — review")
     return notes
+
+
+# The detector reads untrusted source: it runs in a child process with a memory cap and a time
+# limit per notebook, so no answer can make the grading process use unbounded CPU or memory.
+CHECK_TIMEOUT_S = 30.0
+CHECK_MEMORY_MB = 2048
+
+
+class Checker:
+    """A long-lived child process that runs :func:`flags` (its helper table is built once).
+
+    ``check`` returns the review notes; a child that runs past :data:`CHECK_TIMEOUT_S` or dies
+    (its memory cap) is replaced, and the notebook is flagged for review instead."""
+
+    def __init__(self, package_dir: str) -> None:
+        import threading
+
+        self.package_dir = package_dir
+        self.lock = threading.Lock()
+        self.proc = None
+
+    def _start(self):
+        import resource
+        import subprocess
+        import sys
+
+        def cap() -> None:
+            limit = CHECK_MEMORY_MB * 2**20
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+        return subprocess.Popen([sys.executable, "-m", "trainperf.grading.copies", self.package_dir],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                preexec_fn=cap, text=True, encoding="utf-8")
+
+    def check(self, answers: dict[str, str]) -> list[str]:
+        import json
+        import selectors
+
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self.proc = self._start()
+            proc = self.proc
+            try:
+                proc.stdin.write(json.dumps(answers) + "\n")
+                proc.stdin.flush()
+                with selectors.DefaultSelector() as selector:
+                    selector.register(proc.stdout, selectors.EVENT_READ)
+                    ready = selector.select(timeout=CHECK_TIMEOUT_S)
+                line = proc.stdout.readline() if ready else ""
+                notes = json.loads(line) if line else None
+            except (OSError, ValueError):
+                notes = None
+            if isinstance(notes, list) and all(isinstance(n, str) for n in notes):
+                return notes
+            proc.kill()
+            proc.wait()
+            self.proc = None
+            return [f"the copy check did not finish within {CHECK_TIMEOUT_S:g} s and "
+                    f"{CHECK_MEMORY_MB} MiB — review"]
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+def main() -> int:
+    import json
+    import sys
+
+    package_dir = sys.argv[1]
+    helper_fingerprints(package_dir)
+    for line in sys.stdin:
+        print(json.dumps(flags(json.loads(line), package_dir)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

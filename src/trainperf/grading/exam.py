@@ -229,6 +229,7 @@ class CellVerdict:
     visible: str  # what the learner would have seen from the visible checks
     hidden_failed: int = 0  # hidden checks that did not match the reference
     hidden_total: int = 0
+    problems: list[str] = field(default_factory=list)  # values that could not be compared, and why
 
 
 def check_records(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -240,8 +241,9 @@ def events(record: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in record.get("records", []) if isinstance(r, dict) and "event" in r]
 
 
-def matches(got: dict[str, Any], want: dict[str, Any]) -> bool:
-    """One learner record against the reference record of the same check."""
+def matches(got: dict[str, Any], want: dict[str, Any], problems: list[str] | None = None) -> bool:
+    """One learner record against the reference record of the same check. A value that cannot
+    be compared at all (a huge integer, say) is a failed check; its reason goes to ``problems``."""
     if got.get("what") != want.get("what") or "value" not in got or "error" in got:
         return False
     kind = want.get("kind")
@@ -249,7 +251,9 @@ def matches(got: dict[str, Any], want: dict[str, Any]) -> bool:
     try:
         return compare(kind, got["value"], expected, float(want.get("rtol", 1e-6)),
                        float(want.get("atol", 0.0)))
-    except (TypeError, ValueError):
+    except Exception as exc:  # noqa: BLE001 — the learner's value: any failure is a failed check
+        if problems is not None:
+            problems.append(f"a value could not be compared ({type(exc).__name__}: {str(exc)[:80]})")
         return False
 
 
@@ -267,7 +271,8 @@ def score(exam: Exam, records: dict[int, dict[str, Any]],
         text = record.get("text", "")
         visible = text.split(exam.separator)[0].strip()
         got = check_records(record)
-        failed = sum(1 for i, w in enumerate(want) if i >= len(got) or not matches(got[i], w))
+        problems: list[str] = []
+        failed = sum(1 for i, w in enumerate(want) if i >= len(got) or not matches(got[i], w, problems))
         extra = len(got) > len(want)
         passed = (record["status"] == "ok" and bool(want) and failed == 0 and not extra
                   and not record.get("records_overflow"))
@@ -282,5 +287,6 @@ def score(exam: Exam, records: dict[int, dict[str, Any]],
             visible += "\n" + tr_in(exam.language, "hidden tests: {failed} of {total} checks failed "
                                     "(details are not shown)", failed=failed or some, total=len(want))
         verdicts.append(CellVerdict(cell.grade_id, cell.points if passed else 0.0, cell.points,
-                                    status, record.get("ename", ""), visible.strip(), failed, len(want)))
+                                    status, record.get("ename", ""), visible.strip(), failed, len(want),
+                                    sorted(set(problems))))
     return verdicts

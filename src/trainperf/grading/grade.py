@@ -12,23 +12,26 @@ from __future__ import annotations
 
 import hashlib
 import os
-import queue
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..course import CourseError, cache_dir, chapter_notebook, chapters, tree_hash
+from .copies import Checker
 from .copies import flags as copy_flags
-from .exam import CellVerdict, build_exam, events, score, solution_answers
+from .exam import CellVerdict, build_exam, events, helper_imports, score, solution_answers
 from .isolate import Isolation, KernelLimits, detect, execute, install_helpers_copy, pick_uids
 from .parts import course_version, student_order, write_details
 from .reference import ChapterTemplate, make_templates, reference_records
 from .results import Outcome, StudentRow, load_progress, progress_line, write_csv, write_feedback
 from .shards import Shard, select, summarize
+from .stubs import install_stubbed_copy
+from .stubs import resolve as resolve_stubs
 from .submissions import discover, read_submission
 
 
@@ -64,9 +67,17 @@ class Course:
     limits: Limits
     scratch: Path
     compile_caches: dict[str, Path] = field(default_factory=dict)  # chapter -> torch.compile cache
+    graded_sites: dict[str, Path] = field(default_factory=dict)  # chapter -> helpers with stubs
+    reference_sites: dict[str, Path] = field(default_factory=dict)  # chapter -> helpers that record
+    replays: dict[str, Path] = field(default_factory=dict)  # chapter -> the trusted calls' results
+    copies: Checker | None = None  # the copy detector's child process
 
     def run(self, notebook: dict, uid: int | None, chapter: str = "", reference: bool = False):
-        return execute(notebook, isolation=self.isolation, uid=uid, site=self.site,
+        # the reference run keeps the real helpers; a submission's kernel gets the copy in which
+        # the chapter's exercised helpers are stubs (:mod:`trainperf.grading.stubs`)
+        sites = self.reference_sites if reference else self.graded_sites
+        return execute(notebook, isolation=self.isolation, uid=uid, site=sites.get(chapter, self.site),
+                       replay=self.replays.get(chapter),
                        cell_timeout=self.limits.cell_timeout,
                        notebook_timeout=self.limits.notebook_timeout, max_output=self.limits.max_output,
                        limits=self.limits.kernel(), record=True, scratch=self.scratch,
@@ -114,6 +125,8 @@ def _reasons(exam_notes: list[str], verdicts: list[CellVerdict], execution, limi
                       if e.get("event") == "blocked-call"})
     if blocked:
         reasons.append(f"called switched-off helper(s) {', '.join(map(str, blocked[:5]))} — review")
+    for verdict in verdicts:
+        reasons += [f"{verdict.grade_id}: {problem}" for problem in verdict.problems[:1]]
     if execution.leftovers:
         reasons.append(f"{execution.leftovers} process(es) outlived the sandbox and were killed")
     return reasons
@@ -130,7 +143,10 @@ def grade_one(course: Course, student: str, chapter: str, notebook: Path, uid: i
     exam = build_exam(template.solution, template.released, submission)
     answers = {gid: "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
                for gid, i in exam.answers.items() for c in [exam.notebook["cells"][i]]}
-    review = copy_flags(answers, course.package_dir)
+    too_big = _oversized(submission, answers)
+    if too_big:
+        return Outcome(student, chapter, 0.0, template.max_score, too_big, key=key)
+    review = course.copies.check(answers) if course.copies else copy_flags(answers, course.package_dir)
     execution = course.run(exam.notebook, uid, chapter)
     verdicts = score(exam, execution.records, course.references[chapter])
     if execution.start_error:
@@ -140,6 +156,25 @@ def grade_one(course: Course, student: str, chapter: str, notebook: Path, uid: i
         student, chapter, sum(v.points for v in verdicts), template.max_score, "; ".join(reasons),
         time.perf_counter() - start, {v.grade_id: (v.points, v.max_points) for v in verdicts},
         {v.grade_id: v.ename for v in verdicts if v.ename}, [asdict(v) for v in verdicts], key, review)
+
+
+MAX_ANSWER_CHARS = 100_000  # one answer cell's source; a real answer is a few hundred
+MAX_CODE_CHARS = 400_000  # all the learner's code of one notebook: answers and added cells
+
+
+def _oversized(submission: dict, answers: dict[str, str]) -> str:
+    """The reason a submission is not run at all ('' when it is within the caps): the copy
+    detector and the kernel then only ever see bounded input."""
+    for gid, source in answers.items():
+        if len(source) > MAX_ANSWER_CHARS:
+            return (f"answer {gid} is {len(source):,} characters, over the {MAX_ANSWER_CHARS:,} "
+                    "cap; the notebook was not graded — review")
+    total = sum(len("".join(c.get("source", ""))) for c in submission.get("cells", [])
+                if c.get("cell_type") == "code")
+    if total > MAX_CODE_CHARS:
+        return (f"the notebook holds {total:,} characters of code, over the {MAX_CODE_CHARS:,} "
+                "cap; it was not graded — review")
+    return ""
 
 
 def _submission_key(path: Path, template: ChapterTemplate, limits: Limits) -> str:
@@ -166,7 +201,14 @@ def prepare(root: Path, chapter_ids: list[str], limits: Limits, scratch: Path,
         print(f"WARNING: weaker isolation ({isolation.level}): {isolation.why}", flush=True)
     print(f"preparing {', '.join(chapter_ids)} (nbgrader release, reference run) ...", flush=True)
     templates = make_templates(root, chapter_ids, scratch, tree_hash(site / "helpers"))
-    course = Course(templates, {}, isolation, site, package_dir, limits, scratch)
+    course = Course(templates, {}, isolation, site, package_dir, limits, scratch,
+                    copies=Checker(package_dir))
+    for chapter in chapter_ids:
+        solution = templates[chapter].solution
+        stubs = resolve_stubs(solution, helper_imports(solution), Path(package_dir))
+        course.graded_sites[chapter] = install_stubbed_copy(site, scratch / f"site-{chapter}", stubs)
+        course.reference_sites[chapter] = install_stubbed_copy(
+            site, scratch / f"site-reference-{chapter}", stubs, recording=True)
     uid = pick_uids(1)[0] if isolation.level == "uid" else None
     for chapter in chapter_ids:
         answers = solution_answers(templates[chapter].solution)
@@ -183,15 +225,35 @@ def _reference(course: Course, chapter: str, uid: int | None, fresh: bool) -> di
     template = course.templates[chapter]
     seed = cache_dir() / "compile" / f"{chapter}-{template.source_hash}"
     fresh_cache = course.scratch / f"compile-{chapter}"
+    replay = course.scratch / f"replay-{chapter}"
+    kept_replay = cache_dir() / "reference" / f"{chapter}-{template.source_hash}.replay.pkl"
+    replay.mkdir(parents=True, exist_ok=True)
+    ran = False
 
     def run_reference(notebook: dict):
+        nonlocal ran
+        ran = True
         fresh_cache.mkdir(parents=True, exist_ok=True)
         if uid is not None:
             os.chown(fresh_cache, uid, uid)
+            os.chown(replay, uid, uid)
         course.compile_caches[chapter] = fresh_cache
+        course.replays[chapter] = replay
         return course.run(notebook, uid, chapter, reference=True)
 
-    records = reference_records(template, run_reference, fresh=fresh)
+    # the reference's records and its replay table are one result: both cached, or both made
+    records = reference_records(template, run_reference, fresh=fresh or not kept_replay.is_file())
+    calls = replay / "calls.pkl"
+    if ran:
+        kept_replay.parent.mkdir(parents=True, exist_ok=True)
+        tmp = kept_replay.with_suffix(f".{os.getpid()}.tmp")
+        shutil.copyfile(calls, tmp) if calls.is_file() else tmp.write_bytes(b"")
+        os.replace(tmp, kept_replay)
+    else:
+        shutil.copyfile(kept_replay, calls)
+    for path in (replay, calls):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    course.replays[chapter] = replay
     if fresh_cache.is_dir() and not seed.exists():
         for path in [fresh_cache, *fresh_cache.rglob("*")]:
             path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
@@ -257,20 +319,28 @@ def grade(root: Path, submissions: Path, out: Path, wanted: list[str] | None = N
                  "userns": "isolated (bubblewrap, your uid)", "none": "NOT isolated"}[course.isolation.level]
         print(f"grading {len(todo)} notebook(s) from {len(found.notebooks)} student(s), jobs={jobs}, "
               f"{level}" + (f", {resumed} already graded (resumed)" if resumed else ""), flush=True)
-        slots: queue.Queue[int | None] = queue.Queue()
-        uids = pick_uids(max(1, jobs)) if course.isolation.level == "uid" else [None] * max(1, jobs)
-        for uid in uids:
-            slots.put(uid)
+        slots = threading.BoundedSemaphore(max(1, jobs))
+        uid_lock, handed_out = threading.Lock(), set()
+
+        def fresh_uid() -> int | None:
+            """A uid no process uses, new for every submission: nothing one kernel leaves under
+            its uid (a key in the kernel keyring, a file in a shared folder) is the next one's."""
+            if course.isolation.level != "uid":
+                return None
+            with uid_lock:
+                while True:
+                    uid = pick_uids(1)[0]
+                    if uid not in handed_out:
+                        handed_out.add(uid)
+                        return uid
 
         def task(student: str, chapter: str, notebook: Path, key: str) -> Outcome:
-            uid = slots.get()
-            try:
-                return grade_one(course, student, chapter, notebook, uid, key)
-            except Exception as exc:  # one broken submission never stops the batch
-                return Outcome(student, chapter, 0.0, course.templates[chapter].max_score,
-                               f"grading failed ({type(exc).__name__}: {str(exc)[:200]})", key=key)
-            finally:
-                slots.put(uid)
+            with slots:
+                try:
+                    return grade_one(course, student, chapter, notebook, fresh_uid(), key)
+                except Exception as exc:  # one broken submission never stops the batch
+                    return Outcome(student, chapter, 0.0, course.templates[chapter].max_score,
+                                   f"grading failed ({type(exc).__name__}: {str(exc)[:200]})", key=key)
 
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, \
                 progress_path.open("a", encoding="utf-8") as progress:
@@ -283,6 +353,7 @@ def grade(root: Path, submissions: Path, out: Path, wanted: list[str] | None = N
                 print(f"  [{done}/{len(todo)}] {_shown(outcome.student)} {outcome.chapter}: "
                       f"{outcome.score:g}/{outcome.max_score:g} in {outcome.seconds:.1f} s"
                       + (f" — {outcome.reason}" if outcome.reason else ""), flush=True)
+        course.copies.close()
     ordered = [rows[s] for s in sorted(rows, key=student_order)]
     for row in ordered:
         row.outcomes = {ch: row.outcomes[ch] for ch in chapter_ids}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -36,6 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .sandbox import CLIENT_MEMORY_MB
+
+_CLIENT_MEMORY = CLIENT_MEMORY_MB * 2**20
 SITE = "/opt/trainperf/site"  # where the read-only helpers copy appears in the sandbox
 UID_RANGE = (1_000_000, 2_000_000_000)  # sandboxes run under uids no account uses
 MAX_RESULT_LINE = 8 * 2**20  # one cell's result from the notebook client, serialised
@@ -55,6 +59,10 @@ for name, value in LIMITS:
         resource.setrlimit(getattr(resource, name), (value, value))
 try:
     ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: die with the notebook client
+except Exception:
+    pass
+try:  # keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL): a new, empty session keyring of its own
+    ctypes.CDLL(None).syscall({"x86_64": 250, "aarch64": 219}[os.uname().machine], 1, None)
 except Exception:
     pass
 sys.path[:] = [p for p in sys.path if p not in ("", ".")]
@@ -156,31 +164,39 @@ def kernel_env(record: bool) -> dict[str, str]:
            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONDONTWRITEBYTECODE": "1",
            "PYDEVD_DISABLE_FILE_VALIDATION": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/inductor",
-           "JUPYTER_PLATFORM_DIRS": "1"}
+           "JUPYTER_PLATFORM_DIRS": "1", "PYTHONHASHSEED": "0"}  # replay keys hash sets alike
     if record:
         env["TRAINPERF_RECORD_HIDDEN"] = "1"
     return env
 
 
 SEED = "/opt/trainperf/compile-seed"  # where a read-only compile cache appears in the sandbox
+REPLAY = "/opt/trainperf/replay"  # the reference run's trusted calls (helpers.checks._Replay)
 
 
 def kernel_argv(level: str, uid: int | None, site: Path, connection_dir: Path,
                 limits: KernelLimits, record: bool, compile_cache: Path | None = None,
-                writable_cache: bool = False) -> tuple[list[str], dict[str, str]]:
+                writable_cache: bool = False, replay: Path | None = None
+                ) -> tuple[list[str], dict[str, str]]:
     """(command that starts the kernel — ends with ``{connection_file}`` — and its environment).
 
     ``compile_cache``: torch.compile's on-disk cache of the reference run. The reference run
     writes it (``writable_cache``); a submission's kernel starts with a private copy of it, so
     compiling the teaching cells' code is warm and no kernel can change what another sees.
     """
+    if replay is not None:  # see helpers.checks.removed_for_grading; the reference run writes it
+        env_replay = {"TRAINPERF_REPLAY": str(replay) if level == "none" else REPLAY}
+        if writable_cache:
+            env_replay["TRAINPERF_REPLAY_WRITE"] = "1"
+    else:
+        env_replay = {}
     rlimits = [("RLIMIT_CORE", 0), ("RLIMIT_FSIZE", limits.file_mb * 2**20)]
     if limits.memory_mb:
         rlimits.append(("RLIMIT_AS", limits.memory_mb * 2**20))
     if level == "uid":
         rlimits.append(("RLIMIT_NPROC", limits.processes))
     launch = [sys.executable, "-c", _LAUNCH.replace("LIMITS", repr(rlimits)), "{connection_file}"]
-    env = kernel_env(record)
+    env = {**kernel_env(record), **env_replay}
     if level == "none":
         env.update(HOME=str(connection_dir / "home"), TMPDIR=str(connection_dir / "tmp"),
                    PYTHONPATH=str(site), MPLCONFIGDIR=str(connection_dir / "home"),
@@ -197,6 +213,8 @@ def kernel_argv(level: str, uid: int | None, site: Path, connection_dir: Path,
         binds.append((Path("/tmp/inductor"), compile_cache, "--bind"))
     elif compile_cache is not None and compile_cache.is_dir():
         binds.append((Path(SEED), compile_cache, "--ro-bind"))
+    if replay is not None:
+        binds.append((Path(REPLAY), replay, "--bind" if writable_cache else "--ro-bind"))
         env["TRAINPERF_COMPILE_SEED"] = SEED
     args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
@@ -296,7 +314,7 @@ def _read_results(read_fd: int, result: Execution) -> None:
                 continue
             try:
                 record = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            except ValueError:  # not JSON, not UTF-8, or an integer of more digits than Python parses
                 continue
             if not isinstance(record, dict):
                 continue
@@ -322,7 +340,7 @@ def _kill_group(pid: int | None) -> None:
 def execute(notebook: dict[str, Any], *, isolation: Isolation, uid: int | None, site: Path,
             cell_timeout: int, notebook_timeout: float, max_output: int, limits: KernelLimits,
             record: bool, scratch: Path, compile_cache: Path | None = None,
-            writable_cache: bool = False) -> Execution:
+            writable_cache: bool = False, replay: Path | None = None) -> Execution:
     """Run ``notebook`` in a fresh kernel in the sandbox; the cells' results, as they came."""
     # a short path: the kernel's sockets live here and a socket path may not pass 107 bytes
     connection_dir = Path(tempfile.mkdtemp(prefix="tp-", dir="/tmp"))
@@ -332,7 +350,7 @@ def execute(notebook: dict[str, Any], *, isolation: Isolation, uid: int | None, 
         for sub in ("home", "tmp", "work"):
             (connection_dir / sub).mkdir()
     argv, env = kernel_argv(isolation.level, uid, site, connection_dir, limits, record,
-                            compile_cache, writable_cache)
+                            compile_cache, writable_cache, replay)
     client_home = scratch / f"client-{secrets.token_hex(6)}"
     client_home.mkdir(parents=True)
     job = {"notebook": notebook, "kernel_argv": argv, "kernel_env": env, "kernel_uid": uid,
@@ -351,7 +369,7 @@ def execute(notebook: dict[str, Any], *, isolation: Isolation, uid: int | None, 
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                 pass_fds=(write_fd,), cwd=client_home, env=child_env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_cap_client_memory)
     os.close(write_fd)
     reader = threading.Thread(target=_read_results, args=(read_fd, result), daemon=True)
     reader.start()
@@ -380,6 +398,15 @@ def execute(notebook: dict[str, Any], *, isolation: Isolation, uid: int | None, 
         pass
     shutil.rmtree(client_home, ignore_errors=True)
     return result
+
+
+def _cap_client_memory() -> None:
+    """The notebook client runs as the grader, outside the sandbox: its memory is capped too.
+    Only the soft limit: the kernel it starts sets its own (larger) cap. (Runs in the forked
+    child: it imports nothing.)"""
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    soft = _CLIENT_MEMORY if hard == resource.RLIM_INFINITY else min(_CLIENT_MEMORY, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def _reap(uid: int) -> int:

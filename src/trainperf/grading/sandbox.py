@@ -25,6 +25,9 @@ from helpers._records import MAX_RECORD_BYTES, RECORD_MIME
 
 MAX_RECORDS_PER_CELL = 5_000
 MAX_RECORD_BYTES_PER_CELL = 2 * 2**20
+MAX_RICH_BYTES = 4 * 2**20  # plots and other display data kept per cell
+MAX_MESSAGE_BYTES = 16 * 2**20  # one message from the kernel (a plot is well under 1 MiB)
+CLIENT_MEMORY_MB = 3072  # address space of this process (set by the grader when it starts it)
 STUCK_GRACE_S = 5.0  # after an interrupt, how long a kernel may take to become idle
 
 
@@ -76,9 +79,15 @@ def _kernel_manager(job: dict[str, Any]):
             if owner is not None:
                 os.chown(self.connection_file, owner, owner)
 
+    import zmq
+
     folder = Path(job["connection_dir"])
-    return SandboxKernelManager(transport="ipc", ip=str(folder / "k"),
-                                connection_file=str(folder / "kernel.json"))
+    manager = SandboxKernelManager(transport="ipc", ip=str(folder / "k"),
+                                   connection_file=str(folder / "kernel.json"))
+    # every socket the client opens refuses a message over the cap: a kernel that displays
+    # hundreds of MB at once never makes this (unsandboxed) process hold them
+    manager.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    return manager
 
 
 async def _is_stuck(client) -> bool:
@@ -114,8 +123,15 @@ async def run(job: dict[str, Any], emit) -> None:
             if msg.get("msg_type") in ("display_data", "update_display_data") and RECORD_MIME in data:
                 records.setdefault(cell_index, CellRecords()).add(data[RECORD_MIME])
                 return None
-            size = sum(len(json.dumps(o)) for o in outs)
-            if size > max_output:
+            # the caps count the output arriving now, so a cell's first output is capped too:
+            # text (streams, errors) to max_output characters; plots and other rich data to
+            # MAX_RICH_BYTES (a figure is tens of kB)
+            text_like = msg.get("msg_type") in ("stream", "error")
+            cap = max_output if text_like else MAX_RICH_BYTES
+            size = len(json.dumps(content)) + sum(
+                len(json.dumps(o)) for o in outs
+                if (o.get("output_type") in ("stream", "error")) == text_like)
+            if size > cap:
                 if not (outs and outs[-1].get("name") == "truncated"):
                     outs.append(nbformat.v4.new_output("stream", name="truncated",
                                                        text="\n…[output truncated]\n"))

@@ -1,0 +1,171 @@
+"""Issue 22 in units: the exercise's helpers are absent from the graded kernel's copy, records are
+plain data of exact types, and the grading process does bounded work on untrusted input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import ROOT
+
+from helpers import _records, checks
+from trainperf.grading import copies
+from trainperf.grading.exam import helper_imports, matches
+from trainperf.grading.grade import MAX_ANSWER_CHARS, _oversized
+from trainperf.grading.isolate import install_helpers_copy
+from trainperf.grading.stubs import install_stubbed_copy, resolve, stub_module
+
+MODULE = textwrap.dedent('''
+    """A module."""
+    LIMIT = 3
+
+
+    def exercise(x, y=2):
+        """Docstring with the expression x * y + LIMIT."""
+        return _only_mine(x) * y + LIMIT
+
+
+    def _only_mine(x):
+        return _deeper(x)
+
+
+    def _deeper(x):
+        return x + 1
+
+
+    def _shared(x):
+        return x - 1
+
+
+    def other(x):
+        return _shared(x) + exercise(x)
+
+
+    class Box:
+        def total(self):
+            return 41 + 1
+''')
+
+
+def test_stub_module_removes_the_function_and_the_private_pieces_only_it_uses():
+    out = stub_module(MODULE, {"exercise": "helpers.m.exercise is exercise 4",
+                               "Box.total": "helpers.m.Box.total is exercise 5"}, set(), "helpers.m")
+    assert "x * y" not in out and "_deeper(x)" not in out and "x + 1" not in out and "41 + 1" not in out
+    assert "return x - 1" in out and "def other(x):" in out and "LIMIT = 3" in out  # the rest stays
+    assert "removed_for_grading('helpers.m._only_mine', 4" in out
+    assert "removed_for_grading('helpers.m._deeper', 4" in out
+    space: dict = {}
+    exec(compile(out, "m.py", "exec"), space)
+    with pytest.raises(RuntimeError, match=r"helpers\.m\.exercise is exercise 4: write it yourself"):
+        space["exercise"](1)
+    with pytest.raises(RuntimeError, match="exercise 5"):
+        space["Box"]().total()
+
+
+def test_a_private_piece_another_module_imports_is_kept():
+    out = stub_module(MODULE, {"exercise": "helpers.m.exercise is exercise 4"}, {"_only_mine"})
+    assert "return _deeper(x)" in out and "return x + 1" in out
+
+
+def test_every_chapter_stubs_its_exercises_in_the_graded_copy(tmp_path):
+    import helpers
+
+    package = ROOT / "src" / "helpers"
+    site = install_helpers_copy(tmp_path / "site")
+    solution = json.loads((ROOT / "solutions" / "04_timeline" / "04_timeline.ipynb").read_text())
+    stubs = resolve(solution, helper_imports(solution), package.resolve())
+    assert "helpers.timeline.merge_intervals" in " ".join(stubs.names())
+    graded = install_stubbed_copy(site, tmp_path / "graded", stubs)
+    source = (graded / "helpers" / "timeline" / "_intervals.py").read_text()
+    real = (package / "timeline" / "_intervals.py").read_text()
+    assert "removed_for_grading('helpers.timeline.merge_intervals', 1" in source
+    assert source != real and real == (site / "helpers" / "timeline" / "_intervals.py").read_text()
+    # a subprocess, a re-import or a reading of the files finds only the stub
+    code = ("import helpers.timeline as t\ntry:\n    t.union_length([(0, 1)])\nexcept RuntimeError as e:\n"
+            "    print(e)")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(graded), "HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(graded)!r})\n"
+                             + code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert "is exercise 1: write it yourself" in result.stdout, result.stderr[-800:]
+    assert helpers.timeline.union_length([(0, 1), (2, 4)]) == 3  # this process keeps the real one
+
+
+def test_a_trusted_call_replays_and_another_does_not(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINPERF_REPLAY", str(tmp_path))
+    monkeypatch.setenv("TRAINPERF_REPLAY_WRITE", "1")
+    monkeypatch.setattr(checks, "_replay", checks._Replay())
+    square = checks.recorded_for_grading("helpers.m.square", lambda x: x * x)
+    assert square(torch.arange(3)).tolist() == [0, 1, 4] and square(5) == 25
+    checks._replay.in_expect = True
+    square(7)  # an expected value: never recorded
+    checks._replay.in_expect = False
+    monkeypatch.setattr(checks, "_replay", checks._Replay())
+    assert checks.removed_for_grading("helpers.m.square", 2, (5,)) == 25
+    assert checks.removed_for_grading("helpers.m.square", 2, (torch.arange(3),)).tolist() == [0, 1, 4]
+    for other in (7, 6):
+        with pytest.raises(RuntimeError, match="exercise 2"):
+            checks.removed_for_grading("helpers.m.square", 2, (other,))
+
+
+def test_replay_keys_are_the_same_in_every_process():
+    code = ("import torch; from helpers.checks import _Replay; x = torch.linspace(0, 1, 9)\n"
+            "print(_Replay.key('f', ([('h1', ['x'])], {'x': 3}, x, x.to(torch.float8_e4m3fn), "
+            "lambda: x), {'k': {1, 2}}))")
+    keys = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONHASHSEED": "0"}).stdout for _ in range(2)}
+    assert len(keys) == 1 and len(keys.pop().strip()) == 64
+
+
+class _Lazy(torch.Tensor):
+    def tolist(self):
+        raise AssertionError("the learner's code ran during the conversion")
+
+
+def test_records_take_exact_types_only():
+    lazy = torch.zeros(2).as_subclass(_Lazy)
+    with pytest.raises(_records.NotPlain, match="_Lazy"):
+        _records.to_plain(lazy)
+    with pytest.raises(_records.NotPlain, match="too large"):
+        _records.to_plain(10 ** 5000)
+    import numpy as np
+
+    assert _records.to_plain([np.float32(0.5), torch.tensor([1, 2]), np.arange(2)]) == [0.5, [1, 2], [0, 1]]
+    with pytest.raises(_records.NotPlain):
+        _records.to_plain(np.array([object()]))
+
+
+def test_a_comparison_that_raises_is_a_failed_check_with_its_reason():
+    problems: list[str] = []
+    want = {"what": "w", "kind": "close", "value": 1.5, "rtol": 1e-6, "atol": 0.0}
+    assert not matches({"what": "w", "value": 10 ** 400}, want, problems)
+    assert problems and "OverflowError" in problems[0]
+    assert matches({"what": "w", "value": 1.5}, want, problems)
+
+
+def test_answer_source_has_a_cap():
+    big = "x = 1\n" * (MAX_ANSWER_CHARS // 6 + 10)
+    reason = _oversized({"cells": [{"cell_type": "code", "source": big}]}, {"ex1": big})
+    assert "over the 100,000 cap" in reason and "ex1" in reason
+    assert _oversized({"cells": []}, {"ex1": "def f():\n    return 1\n"}) == ""
+
+
+def test_copy_detector_runs_bounded_in_a_child(monkeypatch):
+    package = str((ROOT / "src" / "helpers").resolve())
+    checker = copies.Checker(package)
+    try:
+        notes = checker.check({"ex1": "import importlib\nimportlib.reload(x)\n",
+                               "ex2": "y = model.modules()"})
+        assert notes == ["answer ex1 uses importlib.reload, which can copy helper code — review"]
+        assert checker.check({"ex3": "s = sys\nt = s.modules\n"})[0].startswith("answer ex3 uses sys.modules")
+        monkeypatch.setattr(copies, "CHECK_TIMEOUT_S", 0.001)
+        slow = checker.check({"ex4": "x = 1\n" * 20000})
+        assert slow and "did not finish" in slow[0]
+        monkeypatch.setattr(copies, "CHECK_TIMEOUT_S", 30.0)
+        assert checker.check({"ex5": "def f():\n    return 1\n"}) == []  # a new child after the kill
+    finally:
+        checker.close()
