@@ -452,3 +452,32 @@ _STORED = [_libc.syscall(_ADD_KEY, b"user", b"trainperf-leak", b"answers", 7, ri
 KEY_READER = _KEYCTL + '''
 _FOUND = [_libc.syscall(_KEYCTL_NR, 10, ring, b"user", b"trainperf-leak", 0) > 0 for ring in _RINGS]
 '''
+
+# Issue 22, item 2: everything the kernel can see of the test cells, printed, displayed, sent as
+# forged visible-check and blocked-call records, and raised as an error whose class name and
+# message carry it. Prepended to the correct ex 1 answer; PRINT_EVERYTHING_EX2 makes ex 2's
+# visible part raise with all of it.
+PRINT_EVERYTHING = f'''
+import sys
+from IPython.display import display
+SEEN = []
+
+def _grab(info):
+    source = getattr(info, "raw_cell", "") or ""
+    SEEN.append(source)
+    for text in (source, repr(In), repr(_ih)):
+        print(text)
+        print(text, file=sys.stderr)
+    display({{{MIME!r}: {{"event": "visible", "what": source, "ok": True, "shown": {{"expected": source}},
+                          "hint": source}}}}, raw=True)
+    display({{{MIME!r}: {{"event": "blocked-call", "helper": source}}}}, raw=True)
+    display({{"text/plain": source, "text/html": "<pre>" + source + "</pre>"}}, raw=True)
+
+get_ipython().events.register("pre_run_cell", _grab)
+'''
+PRINT_EVERYTHING_EX2 = '''
+def ideal_time_ms(M, K, N, b, peak_flops, bandwidth):
+    seen = "\\n".join(SEEN)
+    digits = "".join(ch for ch in seen if ch.isdigit())[:40]
+    raise type("Leak" + digits, (Exception,), {})(seen)
+'''

@@ -91,6 +91,8 @@ def _grade_batch(tmp_path_factory):
         "big_output": _answers(ex1_intensity=SOLUTION["ex1_intensity"]
                                + "for _ in range(400):\n    print('x' * 10_000)\n"),
         **{name: _answers(ex1_intensity=payload) for name, payload in ATTACKS_ON_EX1.items()},
+        "print_everything": _answers(ex1_intensity=P.PRINT_EVERYTHING + SOLUTION["ex1_intensity"],
+                                     ex2_ideal_time=P.PRINT_EVERYTHING_EX2),
     }
     for student, answers in cases.items():
         _write(subs / student / CHAPTER, with_answers(RELEASED, answers))
@@ -267,6 +269,39 @@ def test_feedback_shows_visible_messages_but_not_hidden_tests(batch):
     assert "ex1_intensity_test" in page and "0 / 2" in page
     assert "hidden tests:" in page and "details are not shown" in page
     assert "BEGIN HIDDEN" not in page and "blocked(" not in page and "(4096, 4096, 4096, 2)" not in page
+
+
+def _hidden_lines() -> list[str]:
+    """Every line of the chapter's hidden tests that says something (inputs, labels, names)."""
+    from trainperf.grading.hidden import split_hidden
+
+    solution = nbformat.read(ROOT / "solutions" / CHAPTER / NAME, as_version=4)
+    lines = []
+    for cell in solution.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            hidden = split_hidden(cell.source)[1]
+            lines += [ln.strip() for ln in hidden.splitlines() if len(ln.strip()) >= 12
+                      and not ln.strip().startswith("#")]
+    return lines
+
+
+def test_a_submission_that_prints_everything_it_sees_leaks_nothing_hidden(batch):
+    """Issue 22, item 2: the feedback holds only what the grader writes. The attacker saw every
+    hidden part (its hook ran before each of them) and pushed it out every way a kernel can."""
+    page = next(p for p in batch["feedback"].iterdir() if p.name.startswith("print_everything-")).read_text()
+    import html
+
+    page = html.unescape(page)
+    hidden = _hidden_lines()
+    assert len(hidden) > 20
+    leaked = [line for line in hidden if line in page]
+    assert not leaked, leaked[:3]
+    assert "BEGIN HIDDEN" not in page and "checks.blocked" not in page and "Leak" not in page
+    assert "intensity for (M, K, N, b)" not in page and "limiting branch" not in page  # hidden labels
+    outcome = _outcome(batch, "print_everything")
+    assert outcome.cells["ex1_intensity_test"][0] == 2  # ex 1 itself is right
+    assert outcome.cells["ex2_ideal_time_test"][0] == 0
+    assert "Error: (the message is not shown" in _visible(batch, "print_everything", "ex2_ideal_time_test")
 
 
 def test_class_report_flags_what_needs_a_person(batch, tmp_path):

@@ -95,13 +95,17 @@ def test_hidden_check_only_records_for_the_grader(monkeypatch):
 
 
 def _exam() -> Exam:
-    return Exam({}, [GradedCell("ex1_test", 2.0, 3)], {"ex1": 2}, "SEP")
+    return Exam({}, [GradedCell("ex1_test", 2.0, 4, 3)], {"ex1": 2})
 
 
 REFERENCE = {"ex1_test": [{"what": "a", "kind": "close", "rtol": 1e-3, "atol": 0.0, "value": 10.0,
                            "expected": 10.0},
                           {"what": "b", "kind": "one_of", "rtol": 1e-6, "atol": 0.0, "value": "x",
-                           "expected": ["x", "y"]}]}
+                           "expected": ["x", "y"]}],
+             "ex1_test#visible": [{"what": "visible", "shown": {"kind": "equal", "expected": "3"},
+                                   "hint": "count them"}]}
+SHOWN_OK = {"index": 3, "status": "ok", "text": "✓ visible\n",
+            "records": [{"event": "visible", "what": "visible", "ok": True}]}
 
 
 @pytest.mark.parametrize("records, points", [
@@ -114,19 +118,19 @@ REFERENCE = {"ex1_test": [{"what": "a", "kind": "close", "rtol": 1e-3, "atol": 0
     ([{"event": "blocked-call"}, {"what": "a", "value": 10.0}, {"what": "b", "value": "x"}], 2.0),
 ])
 def test_score_compares_with_the_reference_outside_the_kernel(records, points):
-    record = {"index": 3, "status": "ok", "text": "✓ visible\nSEP\n", "records": records}
-    verdict = score(_exam(), {3: record}, REFERENCE)[0]
+    record = {"index": 4, "status": "ok", "text": "", "records": records}
+    verdict = score(_exam(), {3: SHOWN_OK, 4: record}, REFERENCE)[0]
     assert verdict.points == points
-    assert "SEP" not in verdict.visible
+    assert verdict.visible.startswith("✓ visible")
 
 
 def test_a_chinese_submission_is_told_in_chinese_and_scored_the_same():
     records = [{"what": "a", "value": 10.1}, {"what": "b", "value": "x"}]
-    record = {"index": 3, "status": "ok", "text": "✓ visible\nSEP\n", "records": records}
-    en = score(_exam(), {3: record}, REFERENCE)[0]
+    record = {"index": 4, "status": "ok", "text": "", "records": records}
+    en = score(_exam(), {3: SHOWN_OK, 4: record}, REFERENCE)[0]
     exam = _exam()
     exam.language = "zh"
-    zh = score(exam, {3: record}, REFERENCE)[0]
+    zh = score(exam, {3: SHOWN_OK, 4: record}, REFERENCE)[0]
     same = (0.0, "failed", 1)
     assert (zh.points, zh.status, zh.hidden_failed) == (en.points, en.status, en.hidden_failed) == same
     assert "hidden tests: 1 of 2 checks failed" in en.visible
@@ -134,9 +138,30 @@ def test_a_chinese_submission_is_told_in_chinese_and_scored_the_same():
 
 
 def test_a_failed_cell_scores_zero_even_with_matching_records():
-    record = {"index": 3, "status": "error", "ename": "CheckFailed", "evalue": "", "text": "",
+    shown = {"index": 3, "status": "error", "ename": "CheckFailed", "evalue": "", "text": "",
+             "records": [{"event": "visible", "what": "visible", "ok": False}]}
+    record = {"index": 4, "status": "ok", "text": "",
               "records": [{"what": "a", "value": 10.0}, {"what": "b", "value": "x"}]}
-    assert score(_exam(), {3: record}, REFERENCE)[0].points == 0
+    verdict = score(_exam(), {3: shown, 4: record}, REFERENCE)[0]
+    assert verdict.points == 0 and verdict.ename == "CheckFailed"
+    assert verdict.visible == "CheckFailed: ✗ visible: expected 3.\n  Hint: count them"
+
+
+def test_feedback_is_written_by_the_grader_from_verdicts_only():
+    """What the kernel printed, the labels it sent and its error's message never reach the page."""
+    secret = "cases = [(7, 4096, 4096, 2)]  # a hidden input"
+    shown = {"index": 3, "status": "error", "ename": "LeakError_7_4096", "evalue": secret, "text": secret,
+             "records": [{"event": "visible", "what": secret, "ok": True, "shown": {"expected": secret}},
+                         {"event": "blocked-call", "helper": secret}]}
+    verdict = score(_exam(), {3: shown}, REFERENCE, {"helpers.m.f": "exercise 1"})[0]
+    assert secret not in verdict.visible and "4096" not in verdict.visible
+    assert verdict.visible.splitlines() == [
+        "✓ visible", "Error: (the message is not shown in graded feedback; run the test cell in your "
+        "notebook to see it)"]
+    shown["ename"] = "RuntimeError"
+    shown["records"].append({"event": "blocked-call", "helper": "helpers.m.f"})
+    assert score(_exam(), {3: shown}, REFERENCE, {"helpers.m.f": "exercise 1"})[0].visible.endswith(
+        "RuntimeError: helpers.m.f is exercise 1: write it yourself.")
 
 
 def test_matches_never_trusts_the_learners_kind_or_tolerance():

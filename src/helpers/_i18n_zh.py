@@ -22,6 +22,11 @@ MESSAGES: dict[str, str] = {
     "This exercise asks you to compute it yourself; calling {name} is switched off while it is graded.":
         "这道练习要求你自己计算；评分期间调用 {name} 已被关闭。",
     "{name} is exercise {exercise}: write it yourself.": "{name} 是练习 {exercise}：请自己写出它。",
+    # trainperf grade: the feedback the grader writes for a visible check
+    "✗ {what}: expected {expected}.": "✗ {what}：期望 {expected}。",
+    "the cell ran past the time limit": "这个单元格超出了时间限制",
+    "(the message is not shown in graded feedback; run the test cell in your notebook to see it)":
+        "（评分反馈中不显示错误信息；请在你的笔记本中运行这个测试单元格查看）",
     # trainperf grade: a Chinese submission's feedback
     "hidden tests: {failed} of {total} checks failed (details are not shown)":
         "隐藏测试：{total} 项检查中有 {failed} 项未通过（不显示细节）",

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import _records
-from .i18n import text, tr
+from .i18n import language, text, tr, tr_in
 
 
 class CheckFailed(AssertionError):
@@ -48,9 +48,38 @@ def _fmt(value: Any) -> str:
     return repr(value)
 
 
-def _fail(what: str, expected: str, got: Any, hint: str) -> None:
+def expected_text(shown: dict[str, Any], lang: str | None = None) -> str:
+    """What a visible check expected, in words: ``shown`` is ``{"kind", "expected", "rtol"}``
+    with the expected side already formatted. The learner's kernel says it in the notebook's
+    language; the grading process says it for a submission's feedback (``lang``)."""
+    lang = lang or language()
+    kind, expected = shown.get("kind"), str(shown.get("expected", ""))
+    if kind == "one_of":
+        return tr_in(lang, "one of {options}", options=expected)
+    if kind == "at_most":
+        return tr_in(lang, "at most {limit}", limit=expected)
+    rtol = float(shown.get("rtol") or 0.0)
+    within = tr_in(lang, " (within {rtol:.0%})", rtol=rtol) if kind == "close" and rtol >= 1e-3 else ""
+    return expected + within
+
+
+def _visible_event(what: str, ok: bool, shown: dict[str, Any], hint: str, got: Any = 0) -> None:
+    """Under ``trainperf grade``: what a visible check decided, as data. The grader writes the
+    feedback from these (and the reference run's labels), never from what the kernel prints."""
+    if _records.recording():
+        _records.emit({"event": "visible", "what": what, "ok": ok, "shown": shown, "hint": hint,
+                       "none": got is None})
+
+
+def _fail(what: str, shown: dict[str, Any], got: Any, hint: str, visible: bool = True) -> None:
     """Raise the learner's message; label and hint are shown in the notebook's language."""
     __tracebackhide__ = True  # IPython and pytest hide this frame
+    if visible:
+        _visible_event(what, False, shown, hint, got)
+    expected = expected_text(shown)
+    if shown.get("kind") == "number":
+        expected = tr("a number{tolerance} ≈ {expected}", tolerance=_within(shown.get("rtol", 0.0)),
+                      expected=shown["expected"])
     message = tr("✗ {what}: expected {expected}, got {got}.", what=text(what), expected=expected,
                  got=_fmt(got))
     if got is None:
@@ -60,9 +89,10 @@ def _fail(what: str, expected: str, got: Any, hint: str) -> None:
     raise CheckFailed(message)
 
 
-def _ok(what: str, quiet: bool) -> None:
+def _ok(what: str, quiet: bool, shown: dict[str, Any], hint: str, label: str | None = None) -> None:
+    _visible_event(what, True, shown, hint)
     if not quiet:
-        print(f"✓ {text(what)}")
+        print(f"✓ {label if label is not None else text(what)}")
 
 
 def _within(rtol: float) -> str:
@@ -81,43 +111,47 @@ def close(
 ) -> None:
     """Check that a number is within ``rtol`` (relative) or ``atol`` of ``expected``."""
     __tracebackhide__ = True
-    tolerance = _within(rtol)
+    shown = {"kind": "close", "expected": _fmt(expected), "rtol": rtol}
     try:
         value = float(got)
     except (TypeError, ValueError):
-        _fail(what, tr("a number{tolerance} ≈ {expected}", tolerance=tolerance, expected=_fmt(expected)),
-              got, hint)
+        _fail(what, {**shown, "kind": "number"}, got, hint)
     if math.isnan(value) or not math.isclose(value, expected, rel_tol=rtol, abs_tol=atol):
-        _fail(what, f"{_fmt(expected)}{tolerance}", got, hint)
-    _ok(what, quiet)
+        _fail(what, shown, got, hint)
+    _ok(what, quiet, shown, hint)
 
 
 def equal(got: Any, expected: Any, what: str, *, hint: str = "", quiet: bool = False) -> None:
     """Check exact equality (for counts, labels and integers)."""
     __tracebackhide__ = True
+    shown = {"kind": "equal", "expected": _fmt(expected)}
     if isinstance(got, str) and isinstance(expected, str):
         got_cmp, exp_cmp = got.strip().lower(), expected.strip().lower()
     else:
         got_cmp, exp_cmp = got, expected
     if isinstance(expected, bool) != isinstance(got, bool) or got_cmp != exp_cmp:
-        _fail(what, _fmt(expected), got, hint)
-    _ok(what, quiet)
+        _fail(what, shown, got, hint)
+    _ok(what, quiet, shown, hint)
 
 
 def one_of(got: Any, allowed: Iterable[Any], what: str, *, hint: str = "") -> None:
     """Check that an answer is one of the allowed labels (a shape check before grading it)."""
     __tracebackhide__ = True
     options = list(allowed)
+    shown = {"kind": "one_of", "expected": ", ".join(_fmt(o) for o in options)}
     if got not in options:
-        _fail(what, tr("one of {options}", options=", ".join(_fmt(o) for o in options)), got, hint)
+        _fail(what, shown, got, hint)
+    _visible_event(what, True, shown, hint)
 
 
 def at_most(count: Any, limit: int, what: str, *, hint: str = "", quiet: bool = False) -> None:
     """Check that a count is at most ``limit``; a failure says the count and the limit."""
     __tracebackhide__ = True
+    shown = {"kind": "at_most", "expected": _fmt(limit)}
     if isinstance(count, bool) or not isinstance(count, int) or count > limit:
-        _fail(what, tr("at most {limit}", limit=_fmt(limit)), count, hint)
-    _ok(tr("{what}: {count} (at most {limit})", what=text(what), count=count, limit=limit), quiet)
+        _fail(what, shown, count, hint)
+    _ok(what, quiet, shown, hint,
+        label=tr("{what}: {count} (at most {limit})", what=text(what), count=count, limit=limit))
 
 
 class _Hidden:
@@ -161,11 +195,9 @@ class _Hidden:
         finally:
             _replay.in_expect = False
         if "error" in record or not _records.compare(kind, record["value"], wanted, rtol, atol):
-            shown = (tr("one of {options}", options=", ".join(_fmt(w) for w in wanted))
-                     if kind == "one_of" else _fmt(wanted))
-            if kind == "close":
-                shown += _within(rtol)
-            _fail(what, shown, got, record.get("error") or hint)
+            shown = {"kind": kind, "rtol": rtol,
+                     "expected": (", ".join(_fmt(w) for w in wanted) if kind == "one_of" else _fmt(wanted))}
+            _fail(what, shown, got, record.get("error") or hint, visible=False)
         if _records.recording():  # the reference run: the solution agreed with expect()
             record["expected"] = wanted
             _records.emit(record)

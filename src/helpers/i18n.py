@@ -102,9 +102,14 @@ def tr_in(lang: str, english: str, **fields: Any) -> str:
 def text(value: Any) -> Any:
     """A string a notebook passed in (a check label, a hint, a plot title) in the current
     language when the catalogue translates it exactly; anything else unchanged."""
-    if not isinstance(value, str) or not value or language() == "en":
+    return text_in(language(), value)
+
+
+def text_in(lang: str, value: Any) -> Any:
+    """:func:`text` in the given language (the grader writes a submission's feedback so)."""
+    if not isinstance(value, str) or not value or lang not in LANGUAGES[1:]:
         return value
-    return _table(language()).get(value, value)
+    return _table(lang).get(value, value)
 
 
 def use_fonts() -> None:

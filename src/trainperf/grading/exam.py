@@ -6,9 +6,11 @@ edition runs with ``LANGUAGE = "zh"``, so its check messages are in Chinese). Ev
 else — teaching cells, the parameters cell and every test cell — comes from ``solutions/``,
 so a deleted, emptied or edited test cell changes nothing but the report.
 
-Each test cell runs its visible checks (feedback for the learner) and then its hidden part
-with every ``expect=`` removed (:func:`trainperf.grading.hidden.strip_expectations`): in the learner's
-kernel the hidden checks only turn the answers into plain data and record them. The
+Each test cell runs as two executions: its visible checks, which record their verdicts (the
+grader writes the learner's feedback from those and the reference's labels, :func:`feedback`),
+then its hidden part with every ``expect=`` removed
+(:func:`trainperf.grading.hidden.strip_expectations`): in the learner's kernel the hidden checks
+only turn the answers into plain data and record them. The
 **reference run** executes the same exam with the solution's answers and the expected side
 kept; its records — the solution's values, each check's kind and tolerance — are what the
 learner's records are compared with, here, in the grading process (:func:`score`). Nothing in
@@ -18,14 +20,15 @@ the learner's kernel decides a grade: it can only produce values.
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 import re
-import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
 from helpers._records import compare
-from helpers.i18n import LANGUAGES, tr_in
+from helpers.checks import expected_text
+from helpers.i18n import LANGUAGES, text_in, tr_in
 
 from .. import prune, syntax
 from ..i18n import notebook_language, set_language_parameter
@@ -38,7 +41,8 @@ _SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M
 class GradedCell:
     grade_id: str
     points: float
-    index: int  # position in the executed notebook
+    index: int  # position of its hidden part in the executed notebook
+    visible: int = -1  # position of its visible part (run first, as an execution of its own)
 
 
 @dataclass
@@ -48,7 +52,6 @@ class Exam:
     notebook: dict[str, Any]
     graded: list[GradedCell]
     answers: dict[str, int]  # answer grade_id -> index in the executed notebook
-    separator: str  # printed between a test cell's visible and hidden parts
     notes: list[str] = field(default_factory=list)  # tampering and other remarks
     language: str = "en"  # of the submission's edition: the language of its feedback
 
@@ -87,10 +90,12 @@ def solution_answers(solution: dict[str, Any]) -> dict[str, str]:
             if _meta(c).get("solution") and not _meta(c).get("grade")}
 
 
-def _test_cell(source: str, imports: str, separator: str, reference: bool) -> str:
+def _test_cells(source: str, imports: str, reference: bool) -> tuple[str, str]:
+    """A test cell as two executions: its visible checks, then its hidden part. Nothing the
+    kernel prints in either reaches the feedback (:func:`feedback`)."""
     visible, hidden = split_hidden(source)
     hidden_code = hidden if reference else strip_expectations(hidden)
-    return f"{imports}\n{visible.rstrip()}\nprint({separator!r})\n{hidden_code.strip()}\n"
+    return f"{imports}\n{visible.rstrip()}\n", f"{imports}\n{hidden_code.strip()}\n"
 
 
 def _carries_hidden_tests(cell: dict[str, Any]) -> bool:
@@ -109,7 +114,6 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
     the hidden tests with their expected side, for the trusted reference run.
     """
     reference = submission is None
-    separator = f"TP-HIDDEN-{secrets.token_hex(8)}"
     imports = helper_imports(solution)
     tests = {_meta(c)["grade_id"]: c for c in solution["cells"] if _meta(c).get("grade")}
     released_by_id = {_meta(c).get("grade_id"): c for c in released["cells"] if _meta(c)}
@@ -149,9 +153,10 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
         meta = _meta(cell)
         gid = meta.get("grade_id")
         if meta.get("grade"):
-            source = _test_cell(_source(tests[gid]), imports, separator, reference)
-            graded.append(GradedCell(gid, float(meta.get("points", 0)), len(cells)))
-            cells.append(_code(source))
+            visible, hidden = _test_cells(_source(tests[gid]), imports, reference)
+            cells.append(_code(visible))
+            graded.append(GradedCell(gid, float(meta.get("points", 0)), len(cells), len(cells) - 1))
+            cells.append(_code(hidden))
         elif meta.get("solution"):
             mine = mine_by_grade_id.get(gid)
             if mine is None or mine.get("cell_type") != cell["cell_type"]:
@@ -165,11 +170,12 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
     if graded:  # nothing after the last test cell can change a grade: it is not run
         cells = cells[:graded[-1].index + 1]
     # nor can a teaching cell whose results no answer, test or learner cell reads
-    must_run = {g.index for g in graded} | set(answers.values()) | learners | _preamble(cells)
+    must_run = ({g.index for g in graded} | {g.visible for g in graded} | set(answers.values())
+                | learners | _preamble(cells))
     kept = prune.needed_cells(cells, {i for i in must_run if i < len(cells)})
     moved = {old: new for new, old in enumerate(kept)}
     cells = [cells[i] for i in kept]
-    graded = [GradedCell(g.grade_id, g.points, moved[g.index]) for g in graded]
+    graded = [GradedCell(g.grade_id, g.points, moved[g.index], moved[g.visible]) for g in graded]
     answers = {gid: moved[i] for gid, i in answers.items() if i in moved}
     notebook = copy.deepcopy(released)
     notebook["cells"] = cells
@@ -178,7 +184,7 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
         # a submission of a translated edition gets its feedback in that language; only what the
         # visible checks print changes, never what the hidden checks record
         set_language_parameter(notebook, lang)
-    return Exam(notebook, graded, answers, separator, notes, lang if lang in LANGUAGES else "en")
+    return Exam(notebook, graded, answers, notes, lang if lang in LANGUAGES else "en")
 
 
 def _preamble(cells: list[dict[str, Any]]) -> set[int]:
@@ -232,6 +238,14 @@ class CellVerdict:
     problems: list[str] = field(default_factory=list)  # values that could not be compared, and why
 
 
+VISIBLE = "#visible"  # reference[grade_id + VISIBLE]: the reference run's visible checks
+# error names a feedback page may show: Python's own and the course's (a learner's own exception
+# class could be named after anything it saw)
+_ENAMES = {name for name, value in vars(builtins).items()
+           if isinstance(value, type) and issubclass(value, BaseException)} | {
+    "CheckFailed", "CellTimeoutError", "DeadKernelError", "OutOfMemoryError", "NotPlain"}
+
+
 def check_records(record: dict[str, Any]) -> list[dict[str, Any]]:
     """A cell's hidden-check records, without instructor events."""
     return [r for r in record.get("records", []) if isinstance(r, dict) and "event" not in r]
@@ -239,6 +253,56 @@ def check_records(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 def events(record: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in record.get("records", []) if isinstance(r, dict) and "event" in r]
+
+
+def visible_events(record: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in events(record) if e.get("event") == "visible"]
+
+
+def feedback(lang: str, learner: dict[str, Any] | None, reference: list[dict[str, Any]],
+             exercises: dict[str, str]) -> str:
+    """What the visible checks of one test cell said, written by the grader.
+
+    Only the *verdicts* come from the learner's kernel (one bool per check, in order); every
+    word — label, expected value, hint — comes from the reference run, the error's type name
+    only if it looks like one, and a switched-off helper's message only for the chapter's own
+    exercised helpers (``exercises``: name -> "exercise N"). So nothing the learner's code saw
+    or printed (a hidden part's source, its inputs) can reach a feedback page."""
+    if learner is None:
+        return ""
+    said = visible_events(learner)
+    lines = []
+    failing = learner.get("status") != "ok" and learner.get("ename") == "CheckFailed"
+    for i, want in enumerate(reference):
+        if i >= len(said):
+            break
+        label = text_in(lang, str(want.get("what", "")))
+        if said[i].get("ok") is True:
+            lines.append(f"✓ {label}")
+            continue
+        line = tr_in(lang, "✗ {what}: expected {expected}.", what=label,
+                     expected=expected_text(want.get("shown") or {}, lang))
+        if said[i].get("none") is True:
+            line += tr_in(lang, " Did your function `return` its result?")
+        if want.get("hint"):
+            line += tr_in(lang, "\n  Hint: {hint}", hint=text_in(lang, str(want["hint"])))
+        lines.append(("CheckFailed: " if failing and i == len(said) - 1 else "") + line)
+        break  # a failed visible check stops its cell
+    ename = str(learner.get("ename") or "")
+    if learner.get("status") != "ok" and ename != "CheckFailed":
+        ename = ename if ename in _ENAMES else "Error"
+        blocked = [e.get("helper") for e in events(learner) if e.get("event") == "blocked-call"
+                   and e.get("helper") in exercises]
+        if blocked:
+            name = blocked[0]
+            lines.append(f"{ename}: " + tr_in(lang, "{name} is exercise {exercise}: write it yourself.",
+                                              name=name, exercise=exercises[name].split()[-1]))
+        elif ename == "CellTimeoutError":
+            lines.append(f"{ename}: " + tr_in(lang, "the cell ran past the time limit"))
+        else:
+            lines.append(f"{ename}: " + tr_in(lang, "(the message is not shown in graded feedback; "
+                                                    "run the test cell in your notebook to see it)"))
+    return "\n".join(lines)
 
 
 def matches(got: dict[str, Any], want: dict[str, Any], problems: list[str] | None = None) -> bool:
@@ -258,35 +322,37 @@ def matches(got: dict[str, Any], want: dict[str, Any], problems: list[str] | Non
 
 
 def score(exam: Exam, records: dict[int, dict[str, Any]],
-          reference: dict[str, list[dict[str, Any]]]) -> list[CellVerdict]:
-    """Points per graded cell: the learner's hidden-check records against the reference's."""
+          reference: dict[str, list[dict[str, Any]]], exercises: dict[str, str] | None = None
+          ) -> list[CellVerdict]:
+    """Points per graded cell: the learner's hidden-check records against the reference's; the
+    visible feedback written by :func:`feedback`."""
     verdicts = []
     for cell in exam.graded:
-        record = records.get(cell.index)
+        shown, record = records.get(cell.visible), records.get(cell.index)
         want = reference.get(cell.grade_id, [])
-        if record is None:
+        if shown is None:
             verdicts.append(CellVerdict(cell.grade_id, 0.0, cell.points, "not-run", "",
                                         "not run: grading stopped before this cell", 0, len(want)))
             continue
-        text = record.get("text", "")
-        visible = text.split(exam.separator)[0].strip()
+        record = record or {"status": "not-run", "records": []}
         got = check_records(record)
         problems: list[str] = []
         failed = sum(1 for i, w in enumerate(want) if i >= len(got) or not matches(got[i], w, problems))
         extra = len(got) > len(want)
-        passed = (record["status"] == "ok" and bool(want) and failed == 0 and not extra
-                  and not record.get("records_overflow"))
-        status = "ok" if passed else {"died": "died"}.get(record["status"], "failed")
-        if record.get("ename") == "CellTimeoutError":
+        passed = (shown["status"] == "ok" and record["status"] == "ok" and bool(want) and failed == 0
+                  and not extra and not record.get("records_overflow"))
+        first = shown if shown["status"] != "ok" else record
+        status = "ok" if passed else "died" if "died" in (shown["status"], record["status"]) else "failed"
+        if first.get("ename") == "CellTimeoutError":
             status = "timeout"
-        if not passed and exam.separator not in text and record.get("ename"):
-            visible = (visible + "\n" if visible else "") + \
-                f"{record['ename']}: {record.get('evalue', '')}".strip()
-        elif not passed and exam.separator in text:
+        visible = feedback(exam.language, shown, reference.get(cell.grade_id + VISIBLE, []),
+                           exercises or {})
+        if not passed and shown["status"] == "ok":
             some = tr_in(exam.language, "some")
-            visible += "\n" + tr_in(exam.language, "hidden tests: {failed} of {total} checks failed "
-                                    "(details are not shown)", failed=failed or some, total=len(want))
+            visible += ("\n" if visible else "") + tr_in(
+                exam.language, "hidden tests: {failed} of {total} checks failed (details are not shown)",
+                failed=failed or some, total=len(want))
         verdicts.append(CellVerdict(cell.grade_id, cell.points if passed else 0.0, cell.points,
-                                    status, record.get("ename", ""), visible.strip(), failed, len(want),
-                                    sorted(set(problems))))
+                                    status, str(first.get("ename", "")), visible.strip(), failed,
+                                    len(want), sorted(set(problems))))
     return verdicts

@@ -70,6 +70,7 @@ class Course:
     graded_sites: dict[str, Path] = field(default_factory=dict)  # chapter -> helpers with stubs
     reference_sites: dict[str, Path] = field(default_factory=dict)  # chapter -> helpers that record
     replays: dict[str, Path] = field(default_factory=dict)  # chapter -> the trusted calls' results
+    exercises: dict[str, dict[str, str]] = field(default_factory=dict)  # chapter -> stub -> "exercise N"
     copies: Checker | None = None  # the copy detector's child process
 
     def run(self, notebook: dict, uid: int | None, chapter: str = "", reference: bool = False):
@@ -85,7 +86,7 @@ class Course:
 
 
 def _reasons(exam_notes: list[str], verdicts: list[CellVerdict], execution, limits: Limits,
-             answers: dict[str, int]) -> list[str]:
+             answers: dict[str, int], exercises: dict[str, str] | None = None) -> list[str]:
     reasons = list(exam_notes)
     records = execution.records
     for gid, index in answers.items():
@@ -110,8 +111,8 @@ def _reasons(exam_notes: list[str], verdicts: list[CellVerdict], execution, limi
     if execution.timed_out:
         reasons.append(f"grading stopped at the {limits.notebook_timeout:g} s notebook limit")
     elif not execution.finished and not died and not execution.start_error:
-        last = (execution.log_tail.strip().splitlines() or ["no log"])[-1][:200]
-        reasons.append(f"grading stopped early (the notebook client ended unexpectedly: {last})")
+        # not the log's last line: the kernel writes to that log, and reasons reach the feedback
+        reasons.append("grading stopped early (the notebook client ended unexpectedly)")
     if any("[output truncated]" in r.get("text", "") for r in records.values()):
         reasons.append("output was truncated")
     overflow = sorted({r["records_overflow"] for r in records.values() if r.get("records_overflow")})
@@ -121,8 +122,11 @@ def _reasons(exam_notes: list[str], verdicts: list[CellVerdict], execution, limi
     if timeouts:
         reasons.append(f"test cell(s) {', '.join(timeouts)} ran past the cell limit"
                        + ("; the kernel ignored the interrupt and was stopped" if stuck else ""))
-    blocked = sorted({e.get("helper", "?") for r in records.values() for e in events(r)
-                      if e.get("event") == "blocked-call"})
+    # only the chapter's own exercised helpers are named: a forged event could carry any text,
+    # and the reasons reach the learner's feedback page
+    blocked = sorted({e.get("helper") for r in records.values() for e in events(r)
+                      if e.get("event") == "blocked-call"
+                      and (exercises is None or e.get("helper") in exercises)})
     if blocked:
         reasons.append(f"called switched-off helper(s) {', '.join(map(str, blocked[:5]))} — review")
     for verdict in verdicts:
@@ -148,10 +152,11 @@ def grade_one(course: Course, student: str, chapter: str, notebook: Path, uid: i
         return Outcome(student, chapter, 0.0, template.max_score, too_big, key=key)
     review = course.copies.check(answers) if course.copies else copy_flags(answers, course.package_dir)
     execution = course.run(exam.notebook, uid, chapter)
-    verdicts = score(exam, execution.records, course.references[chapter])
+    verdicts = score(exam, execution.records, course.references[chapter], course.exercises.get(chapter))
     if execution.start_error:
         exam.notes.append(f"the notebook could not be started: {execution.start_error}")
-    reasons = _reasons(exam.notes, verdicts, execution, course.limits, exam.answers) + review
+    reasons = _reasons(exam.notes, verdicts, execution, course.limits, exam.answers,
+                       course.exercises.get(chapter, {})) + review
     return Outcome(
         student, chapter, sum(v.points for v in verdicts), template.max_score, "; ".join(reasons),
         time.perf_counter() - start, {v.grade_id: (v.points, v.max_points) for v in verdicts},
@@ -206,6 +211,7 @@ def prepare(root: Path, chapter_ids: list[str], limits: Limits, scratch: Path,
     for chapter in chapter_ids:
         solution = templates[chapter].solution
         stubs = resolve_stubs(solution, helper_imports(solution), Path(package_dir))
+        course.exercises[chapter] = stubs.exercises()
         course.graded_sites[chapter] = install_stubbed_copy(site, scratch / f"site-{chapter}", stubs)
         course.reference_sites[chapter] = install_stubbed_copy(
             site, scratch / f"site-reference-{chapter}", stubs, recording=True)

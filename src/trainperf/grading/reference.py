@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import __version__
 from ..course import CourseError, cache_dir, chapter_notebook, generate_uncached, make_scratch_course
-from .exam import build_exam, check_records
+from .exam import VISIBLE, build_exam, check_records, visible_events
 
 
 @dataclass
@@ -92,14 +92,19 @@ def make_templates(root: Path, chapter_ids: list[str], scratch: Path, helpers_ha
 def _validate(template: ChapterTemplate, exam, execution) -> dict[str, list[dict[str, Any]]]:
     reference: dict[str, list[dict[str, Any]]] = {}
     for cell in exam.graded:
-        record = execution.records.get(cell.index)
+        shown, record = execution.records.get(cell.visible), execution.records.get(cell.index)
         where = f"{template.chapter}: the reference solution's {cell.grade_id}"
-        if record is None:
+        if record is None or shown is None:
             raise CourseError(f"{where} did not run ({execution.start_error or 'the run stopped early'}; "
                               f"{(execution.log_tail.strip().splitlines() or [''])[-1][:200]}).")
-        if record["status"] != "ok":
-            raise CourseError(f"{where} fails its own tests: {record.get('ename')}: "
-                              f"{record.get('evalue', '')[:300]}")
+        for part in (shown, record):
+            if part["status"] != "ok":
+                raise CourseError(f"{where} fails its own tests: {part.get('ename')}: "
+                                  f"{part.get('evalue', '')[:300]}")
+        # what the visible checks said, for the feedback the grader writes (exam.feedback)
+        reference[cell.grade_id + VISIBLE] = [
+            {"what": e.get("what", ""), "shown": e.get("shown", {}), "hint": e.get("hint", "")}
+            for e in visible_events(shown)]
         checks = check_records(record)
         broken = [r for r in checks if "error" in r or "expected" not in r]
         if not checks or broken or record.get("records_overflow"):

@@ -36,8 +36,13 @@ class Stubs:
     by_file: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def names(self) -> list[str]:
-        return sorted(label.split(" is ")[0] for labels in self.by_file.values()
-                      for label in labels.values())
+        return sorted(self.exercises())
+
+    def exercises(self) -> dict[str, str]:
+        """``helpers.module.function`` -> ``"exercise N"`` for every function that gets a stub
+        (declared; the private pieces are found when the copy is made)."""
+        return {label.split(" is ")[0]: label.split(" is ")[1] for labels in self.by_file.values()
+                for label in labels.values()}
 
 
 def _source(cell: dict[str, Any]) -> str:
