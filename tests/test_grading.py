@@ -75,7 +75,7 @@ def test_a_chinese_submission_grades_as_the_same_answers_in_english(tmp_path):
     page = {lang: next((tmp_path / "feedback").glob(f"mistakes-{lang}-*.html")).read_text()
             for lang in ("en", "zh")}
     assert "expected" in page["en"] and "期望" not in page["en"]
-    assert "期望" in page["zh"] and "实际得到" in page["zh"]
+    assert "期望" in page["zh"]  # the grader writes it: expected values, not the learner's own
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

@@ -134,6 +134,11 @@ def _visible(batch, student, cell="ex1_intensity_test") -> str:
     return next(c["visible"] for c in _outcome(batch, student).feedback if c["grade_id"] == cell)
 
 
+def _printed(batch, student, cell="ex1_intensity_test") -> str:
+    """What the attacker's kernel printed (its own report; kept for the instructor, not shown)."""
+    return next(c["printed"] for c in _outcome(batch, student).feedback if c["grade_id"] == cell)
+
+
 def test_controls_score_full_and_zero(batch):
     assert _outcome(batch, "victim").score == FULL and batch["rows"]["victim"].reason == ""
     assert _outcome(batch, NON_UTF8).score == 0  # the untouched release
@@ -149,12 +154,12 @@ def test_attacks_on_exercise_1_earn_nothing(batch, student):
 
 @pytest.mark.skipif(not ISOLATED, reason="needs root and bubblewrap (bwrap) for the sandbox")
 def test_the_course_is_invisible_to_the_kernel(batch):
-    assert "FOUND []" in _visible(batch, "read_course")
+    assert "FOUND []" in _printed(batch, "read_course")
 
 
 @pytest.mark.skipif(not ISOLATED, reason="needs root and bubblewrap (bwrap) for the sandbox")
 def test_no_grading_process_can_be_reached(batch):
-    text = _visible(batch, "scan_processes")
+    text = _printed(batch, "scan_processes")
     scan = eval(text.split("SCAN", 1)[1].strip().splitlines()[0])  # the attacker's own report
     assert scan["uid"] >= 1_000_000  # a uid no grading process uses
     assert scan["stolen"] == [] and scan["secrets"] == [] and scan["attached"] == []
@@ -171,10 +176,10 @@ def test_copies_of_the_reference_are_flagged(batch):
 
 @pytest.mark.skipif(not ISOLATED, reason="needs root and bubblewrap (bwrap) for the sandbox")
 def test_disk_and_process_limits_hold(batch):
-    disk = _visible(batch, "disk_hog")
+    disk = _printed(batch, "disk_hog")
     written = int(disk.split("DISK", 1)[1].split()[0])
     assert written <= batch["limits"].disk_mb and "No space left" in disk and "File too large" in disk
-    forked = _visible(batch, "process_hog").split("FORKED", 1)[1].split()
+    forked = _printed(batch, "process_hog").split("FORKED", 1)[1].split()
     assert int(forked[0]) < batch["limits"].processes and forked[1] == "BlockingIOError"
     leaked = {p.name for p in os.scandir("/tmp")} - batch["tmp_before"]
     assert not leaked & {"hog-0", "one-big-file", "not_the_helpers.py", "helpers"}
@@ -297,7 +302,10 @@ def test_a_submission_that_prints_everything_it_sees_leaks_nothing_hidden(batch)
     leaked = [line for line in hidden if line in page]
     assert not leaked, leaked[:3]
     assert "BEGIN HIDDEN" not in page and "checks.blocked" not in page and "Leak" not in page
-    assert "intensity for (M, K, N, b)" not in page and "limiting branch" not in page  # hidden labels
+    seen = _printed(batch, "print_everything", "ex2_ideal_time_test")  # its kernel did see them
+    assert any(line in seen for line in hidden), "the attack saw no hidden part: the test proves nothing"
+    # the hidden checks' labels (the visible ones say "at M=…", the hidden ones "for …")
+    assert "intensity for (M, K, N, b)" not in page and "limiting branch for" not in page
     outcome = _outcome(batch, "print_everything")
     assert outcome.cells["ex1_intensity_test"][0] == 2  # ex 1 itself is right
     assert outcome.cells["ex2_ideal_time_test"][0] == 0

@@ -236,6 +236,9 @@ class CellVerdict:
     hidden_failed: int = 0  # hidden checks that did not match the reference
     hidden_total: int = 0
     problems: list[str] = field(default_factory=list)  # values that could not be compared, and why
+    # what the kernel printed in the visible part: for the instructor's details file only (a
+    # submission writes what it likes there), never on a feedback page
+    printed: str = ""
 
 
 VISIBLE = "#visible"  # reference[grade_id + VISIBLE]: the reference run's visible checks
@@ -354,5 +357,5 @@ def score(exam: Exam, records: dict[int, dict[str, Any]],
                 failed=failed or some, total=len(want))
         verdicts.append(CellVerdict(cell.grade_id, cell.points if passed else 0.0, cell.points,
                                     status, str(first.get("ename", "")), visible.strip(), failed,
-                                    len(want), sorted(set(problems))))
+                                    len(want), sorted(set(problems)), str(shown.get("text", ""))))
     return verdicts
