@@ -396,7 +396,7 @@ def test_the_readme_layout_grades_isolated(tmp_path):
              "--out", "grades.csv", "--feedback", "feedback/", "--chapters", "1", "--require-isolation"],
             cwd=work, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-2000:]
-        assert "isolated (bubblewrap, own uid per job)" in result.stdout
+        assert "isolated (bubblewrap, own uid per submission)" in result.stdout
         assert "ada,10,10,10," in (work / "grades.csv").read_text()
     finally:
         shutil.rmtree(work, ignore_errors=True)

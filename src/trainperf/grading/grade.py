@@ -321,7 +321,7 @@ def grade(root: Path, submissions: Path, out: Path, wanted: list[str] | None = N
                     resumed += 1
                 else:
                     todo.append((student, chapter, by_chapter[chapter], key))
-        level = {"uid": "isolated (bubblewrap, own uid per job)",
+        level = {"uid": "isolated (bubblewrap, own uid per submission)",
                  "userns": "isolated (bubblewrap, your uid)", "none": "NOT isolated"}[course.isolation.level]
         print(f"grading {len(todo)} notebook(s) from {len(found.notebooks)} student(s), jobs={jobs}, "
               f"{level}" + (f", {resumed} already graded (resumed)" if resumed else ""), flush=True)

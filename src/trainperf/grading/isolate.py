@@ -7,9 +7,11 @@ Isolation levels, strongest first (``detect`` picks the best that works here and
 the strongest):
 
 - ``uid`` — grading as root with bubblewrap (``bwrap``, the sandbox Flatpak uses): the kernel gets
-  private PID, mount, network, IPC and UTS namespaces, a uid no grading process uses (one per
-  job slot), no capabilities and ``no_new_privs``. Its filesystem is an empty root with only
-  the operating system, the Python installation and a read-only copy of the helpers bound in:
+  private PID, mount, network, IPC and UTS namespaces, a uid no grading process uses (a new one for
+  every submission), a new empty session keyring, no capabilities and ``no_new_privs``. Its
+  filesystem is an empty root with only the operating system, the Python installation and a
+  read-only copy of the helpers (the chapter's exercised functions as stubs, see
+  :mod:`trainperf.grading.stubs`) bound in:
   the course checkout, the submissions, the grades and the gradebook do not exist there. When
   the kernel ends, the PID namespace ends with it, so every process it started is gone — even
   one that keeps re-forking. Limits: address space, file size, process count (per uid), and
