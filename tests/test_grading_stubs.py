@@ -169,3 +169,23 @@ def test_copy_detector_runs_bounded_in_a_child(monkeypatch):
         assert checker.check({"ex5": "def f():\n    return 1\n"}) == []  # a new child after the kill
     finally:
         checker.close()
+
+
+def test_cells_the_learner_added_are_read_by_the_copy_check():
+    """A back door put in a cell of one's own (not an answer cell) runs too, so it is flagged."""
+    import nbformat
+
+    from trainperf.discriminate import solution_answers, with_answers
+    from trainperf.grading.exam import build_exam
+
+    chapter, name = "01_roofline", "01_roofline.ipynb"
+    solution = json.loads((ROOT / "solutions" / chapter / name).read_text())
+    released = json.loads((ROOT / "notebooks" / chapter / name).read_text())
+    answers = solution_answers(ROOT / "solutions" / chapter / name)
+    nb = with_answers(ROOT / "notebooks" / chapter / name, answers)
+    nb.cells.insert(3, nbformat.v4.new_code_cell("import importlib, helpers\nimportlib.reload(helpers)\n"))
+    exam = build_exam(solution, released, json.loads(nbformat.writes(nb)))
+    assert len(exam.extras) == 1 and "importlib.reload" in exam.notebook["cells"][exam.extras[0]]["source"]
+    notes = copies.flags({"added cell 1": exam.notebook["cells"][exam.extras[0]]["source"]},
+                         str((ROOT / "src" / "helpers").resolve()))
+    assert notes == ["added cell 1 uses importlib.reload, which can copy helper code — review"]

@@ -117,11 +117,12 @@ def flags(answers: dict[str, str], package_dir: str) -> list[str]:
             continue
         copied = sorted({table[fingerprint(f)] for _, f in _functions(code, "answer")
                          if fingerprint(f) in table})
+        who = gid if gid.startswith("added cell") else f"answer {gid}"
         if copied:
-            notes.append(f"answer {gid} copies {', '.join(copied)} — review")
+            notes.append(f"{who} copies {', '.join(copied)} — review")
         doors = _back_doors(tree)
         if doors:
-            notes.append(f"answer {gid} uses {', '.join(doors)}, which can copy helper code — review")
+            notes.append(f"{who} uses {', '.join(doors)}, which can copy helper code — review")
     return notes
 
 

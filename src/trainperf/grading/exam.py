@@ -54,6 +54,7 @@ class Exam:
     answers: dict[str, int]  # answer grade_id -> index in the executed notebook
     notes: list[str] = field(default_factory=list)  # tampering and other remarks
     language: str = "en"  # of the submission's edition: the language of its feedback
+    extras: list[int] = field(default_factory=list)  # code cells the learner added (run too)
 
 
 def _meta(cell: dict[str, Any]) -> dict[str, Any]:
@@ -177,6 +178,7 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
     cells = [cells[i] for i in kept]
     graded = [GradedCell(g.grade_id, g.points, moved[g.index], moved[g.visible]) for g in graded]
     answers = {gid: moved[i] for gid, i in answers.items() if i in moved}
+    extras = sorted(moved[i] for i in learners if i in moved)
     notebook = copy.deepcopy(released)
     notebook["cells"] = cells
     lang = "en" if reference else notebook_language(submission)
@@ -184,7 +186,7 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
         # a submission of a translated edition gets its feedback in that language; only what the
         # visible checks print changes, never what the hidden checks record
         set_language_parameter(notebook, lang)
-    return Exam(notebook, graded, answers, notes, lang if lang in LANGUAGES else "en")
+    return Exam(notebook, graded, answers, notes, lang if lang in LANGUAGES else "en", extras)
 
 
 def _preamble(cells: list[dict[str, Any]]) -> set[int]:

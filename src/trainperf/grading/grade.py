@@ -150,6 +150,9 @@ def grade_one(course: Course, student: str, chapter: str, notebook: Path, uid: i
     too_big = _oversized(submission, answers)
     if too_big:
         return Outcome(student, chapter, 0.0, template.max_score, too_big, key=key)
+    # the cells the learner added run too: the copy check reads them as well
+    answers.update({f"added cell {n}": "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                    for n, i in enumerate(exam.extras, 1) for c in [exam.notebook["cells"][i]]})
     review = course.copies.check(answers) if course.copies else copy_flags(answers, course.package_dir)
     execution = course.run(exam.notebook, uid, chapter)
     verdicts = score(exam, execution.records, course.references[chapter], course.exercises.get(chapter))
