@@ -158,6 +158,8 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
             cells.append(_code(visible))
             graded.append(GradedCell(gid, float(meta.get("points", 0)), len(cells), len(cells) - 1))
             cells.append(_code(hidden))
+            # a failed visible part scores 0 whatever the hidden part does: the client skips it
+            cells[-1]["metadata"] = {HIDDEN_PART: True}
         elif meta.get("solution"):
             mine = mine_by_grade_id.get(gid)
             if mine is None or mine.get("cell_type") != cell["cell_type"]:
@@ -243,6 +245,7 @@ class CellVerdict:
     printed: str = ""
 
 
+HIDDEN_PART = "trainperf_hidden_part"  # cell metadata: run only if the cell before it passed
 VISIBLE = "#visible"  # reference[grade_id + VISIBLE]: the reference run's visible checks
 # error names a feedback page may show: Python's own and the course's (a learner's own exception
 # class could be named after anything it saw)
