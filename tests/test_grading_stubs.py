@@ -189,3 +189,16 @@ def test_cells_the_learner_added_are_read_by_the_copy_check():
     notes = copies.flags({"added cell 1": exam.notebook["cells"][exam.extras[0]]["source"]},
                          str((ROOT / "src" / "helpers").resolve()))
     assert notes == ["added cell 1 uses importlib.reload, which can copy helper code — review"]
+
+
+def test_a_blocked_name_that_is_not_a_helper_function_is_one_clear_error():
+    from trainperf.course import CourseError
+
+    cell = {"cell_type": "code", "metadata": {"nbgrader": {"grade": True, "grade_id": "ex2_x_test"}},
+            "source": "x = 1\n### BEGIN HIDDEN TESTS\nwith checks.blocked(roofline, 'nothing_here'):\n"
+                      "    pass\n### END HIDDEN TESTS\n"}
+    package = (ROOT / "src" / "helpers").resolve()
+    with pytest.raises(CourseError, match=r"exercise 2 blocks helpers\.roofline\.nothing_here"):
+        resolve({"cells": [cell]}, "from helpers import roofline", package)
+    with pytest.raises(CourseError, match="do not import"):
+        resolve({"cells": [cell]}, "", package)

@@ -25,6 +25,7 @@ from ..course import CourseError, cache_dir, chapter_notebook, chapters, tree_ha
 from .copies import Checker
 from .copies import flags as copy_flags
 from .exam import CellVerdict, build_exam, events, helper_imports, score, solution_answers
+from .exam import _source as cell_source
 from .isolate import Isolation, KernelLimits, detect, execute, install_helpers_copy, pick_uids
 from .parts import course_version, student_order, write_details
 from .reference import ChapterTemplate, make_templates, reference_records
@@ -145,14 +146,13 @@ def grade_one(course: Course, student: str, chapter: str, notebook: Path, uid: i
     if submission is None:
         return Outcome(student, chapter, 0.0, template.max_score, problem, key=key)
     exam = build_exam(template.solution, template.released, submission)
-    answers = {gid: "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-               for gid, i in exam.answers.items() for c in [exam.notebook["cells"][i]]}
+    cells = exam.notebook["cells"]
+    answers = {gid: cell_source(cells[i]) for gid, i in exam.answers.items()}
     too_big = _oversized(submission, answers)
     if too_big:
         return Outcome(student, chapter, 0.0, template.max_score, too_big, key=key)
     # the cells the learner added run too: the copy check reads them as well
-    answers.update({f"added cell {n}": "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-                    for n, i in enumerate(exam.extras, 1) for c in [exam.notebook["cells"][i]]})
+    answers.update({f"added cell {n}": cell_source(cells[i]) for n, i in enumerate(exam.extras, 1)})
     review = course.copies.check(answers) if course.copies else copy_flags(answers, course.package_dir)
     execution = course.run(exam.notebook, uid, chapter)
     verdicts = score(exam, execution.records, course.references[chapter], course.exercises.get(chapter))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..course import CourseError
 from .hidden import split_hidden
 
 _EXERCISE = re.compile(r"^ex(\d+)")
@@ -85,13 +86,17 @@ def resolve(solution: dict[str, Any], imports: str, package_dir: Path) -> Stubs:
     namespace = _namespace(imports)
     stubs = Stubs()
     for number, expression, names in blocked_calls(solution):
-        owner = eval(compile(expression, "<blocked module>", "eval"), namespace)  # noqa: S307
+        try:
+            owner = eval(compile(expression, "<blocked module>", "eval"), namespace)  # noqa: S307
+        except Exception as exc:  # noqa: BLE001 — an authoring error, said in one line
+            raise CourseError(f"exercise {number} blocks {expression}, which the teaching cells do not "
+                              f"import ({type(exc).__name__}); import it from helpers") from None
         label = getattr(owner, "__name__", expression)
         for name in names:
-            fn = getattr(owner, name)
-            code = getattr(fn, "__code__", None)
-            if code is None:
-                raise TypeError(f"{label}.{name} (exercise {number}) is not a plain function")
+            fn = getattr(owner, name, None)
+            if getattr(fn, "__code__", None) is None:
+                raise CourseError(f"exercise {number} blocks {label}.{name}, which is not a plain "
+                                  "function of helpers; block the function itself")
             module = importlib.import_module(fn.__module__)
             path = Path(module.__file__).resolve().relative_to(package_dir)
             stubs.by_file.setdefault(str(path), {}).setdefault(
