@@ -276,7 +276,7 @@ from IPython.display import display
 blob = "x" * (1 << 20)
 
 def gemm_intensity(M, K, N, b):
-    for _ in range(300):  # 300 MB of records
+    for _ in range(40):  # 40 MB of records: twenty times the cell's cap
         display({{{MIME!r}: {{"what": "flood", "kind": "close", "value": blob}}}}, raw=True)
     return _visible_only(M, K, N, b) or 1.0
 '''
@@ -365,17 +365,21 @@ STUBBORN_LOOP = ("import time\nwhile True:\n    try:\n        time.sleep(0.2)\n"
 # the exercise's functions, so each finds only a stub.
 HELPER_SERVER = VISIBLE_ONLY + '''
 import subprocess, sys
+_refused = []
 
 def gemm_intensity(M, K, N, b):
     easy = _visible_only(M, K, N, b)
     if easy is not None:
         return easy
+    if _refused:
+        return 1.0  # the server said no once: asking again (seconds each) would only slow grading
     code = ("from helpers import roofline as r; "
             f"print(r.intensity(r.gemm_flops({M}, {K}, {N}), r.gemm_bytes({M}, {K}, {N}, {b})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     try:
         return float(out.stdout.strip())
     except ValueError:
+        _refused.append(out.stderr[-200:])
         return 1.0
 '''
 

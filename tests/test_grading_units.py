@@ -308,3 +308,29 @@ def test_every_ast_conversion_of_the_tooling_holds_the_lock():
                 offenders.append(f"{path.name}:{node.lineno} compile")
     assert offenders == [], f"AST conversions outside trainperf.syntax: {offenders}"
 
+
+
+def test_copy_check_table_is_cached_by_the_helpers_content(tmp_path, monkeypatch):
+    """The fingerprint table costs seconds per grading run: it is read back from the cache, and
+    a changed helper file is a new entry, never a stale table."""
+    import shutil
+
+    import helpers
+    from trainperf.grading.copies import helper_fingerprints
+
+    monkeypatch.setenv("TRAINPERF_CACHE", str(tmp_path / "cache"))
+    package = tmp_path / "helpers"
+    shutil.copytree(os.path.dirname(helpers.__file__), package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    compute = helper_fingerprints.__wrapped__  # past the in-process cache
+    first = compute(str(package))
+    entries = list((tmp_path / "cache" / "fingerprints").iterdir())
+    assert len(entries) == 1 and first
+    assert compute(str(package)) == first  # read back from the file
+    source = "def extra_helper(xs):\n" + "".join(f"    xs = [x * {i} + {i} for x in xs]\n"
+                                                  for i in range(12)) + "    return xs\n"
+    (package / "extra.py").write_text(source)
+    second = compute(str(package))
+    assert len(list((tmp_path / "cache" / "fingerprints").iterdir())) == 2
+    assert "helpers.extra.extra_helper" in second.values()
+    assert "helpers.extra.extra_helper" not in first.values()

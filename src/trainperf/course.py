@@ -133,6 +133,35 @@ def generate(course_root: Path, chapter: str) -> Path:
     return released
 
 
+def generate_with_gradebook(course_root: Path, chapter: str) -> Path:
+    """``nbgrader generate_assignment`` into a course that has no gradebook yet, with the
+    gradebook it fills (``nbgrader autograde`` reads it). Cached by content like
+    :func:`generate`: nbgrader's own output of an earlier run (released files and gradebook)
+    is copied instead of spending tens of seconds running it again."""
+    released = course_root / "notebooks" / chapter
+    book = course_root / "gradebook.db"
+    cached = cache_dir() / "gradebook" / f"{chapter}-{_generate_key(course_root, chapter)}"
+    if book.exists():
+        return generate_uncached(course_root, chapter)  # a book with other chapters: add to it
+    if (cached / "gradebook.db").is_file():
+        if released.exists():
+            shutil.rmtree(released)
+        shutil.copytree(cached / "released", released)
+        shutil.copy2(cached / "gradebook.db", book)
+        return released
+    generate_uncached(course_root, chapter)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=cached.parent, prefix=".tmp-"))
+    shutil.copytree(released, staging / "files" / "released")
+    shutil.copy2(book, staging / "files" / "gradebook.db")
+    try:  # another run may store the same entry at the same moment: one of them wins
+        os.replace(staging / "files", cached)
+    except OSError:
+        pass
+    shutil.rmtree(staging, ignore_errors=True)
+    return released
+
+
 def generate_uncached(course_root: Path, chapter: str) -> Path:
     """``nbgrader generate_assignment`` for one chapter, always run (it also fills the scratch
     course's gradebook, which grading reads for the points)."""

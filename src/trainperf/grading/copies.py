@@ -14,6 +14,7 @@ source in the grading process (never from the learner's kernel):
 from __future__ import annotations
 
 import ast
+import os
 import types
 from functools import lru_cache
 from pathlib import Path
@@ -66,7 +67,40 @@ def _functions(code: types.CodeType, prefix: str) -> list[tuple[str, types.CodeT
 
 @lru_cache(maxsize=4)
 def helper_fingerprints(package_dir: str) -> dict[tuple, str]:
-    """fingerprint -> ``helpers.module.function`` for every non-trivial helper function."""
+    """fingerprint -> ``helpers.module.function`` for every non-trivial helper function.
+
+    Compiling and disassembling every helper takes seconds, and every grading run (and its
+    copy-check child) needs the table: it is cached on disk by the content of the helpers, of
+    the code that computes it and of the Python version (bytecode differs between versions)."""
+    import hashlib
+    import marshal
+    import sys
+
+    from ..course import cache_dir, tree_hash
+
+    here = Path(__file__)
+    key = hashlib.sha256("|".join((
+        sys.version, tree_hash(Path(package_dir)),
+        *(hashlib.sha256(path.read_bytes()).hexdigest() for path in (
+            here, here.parent.parent / "syntax.py", Path(sys.modules[fingerprint.__module__].__file__))),
+    )).encode()).hexdigest()[:24]
+    cached = cache_dir() / "fingerprints" / f"{key}.marshal"
+    try:
+        return dict(marshal.loads(cached.read_bytes()))
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    table = _fingerprint_table(package_dir)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        scratch = cached.with_suffix(f".{os.getpid()}.tmp")
+        scratch.write_bytes(marshal.dumps(list(table.items())))
+        os.replace(scratch, cached)
+    except OSError:
+        pass  # a read-only cache: compute it again next time
+    return table
+
+
+def _fingerprint_table(package_dir: str) -> dict[tuple, str]:
     root = Path(package_dir)
     table: dict[tuple, str] = {}
     for path in sorted(root.rglob("*.py")):

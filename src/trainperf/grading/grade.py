@@ -31,7 +31,7 @@ from .parts import course_version, student_order, write_details
 from .reference import ChapterTemplate, make_templates, reference_records
 from .results import Outcome, StudentRow, load_progress, progress_line, write_csv, write_feedback
 from .shards import Shard, select, summarize
-from .stubs import install_stubbed_copy
+from .stubs import Stubs, install_stubbed_copy
 from .stubs import resolve as resolve_stubs
 from .submissions import discover, read_submission
 
@@ -212,8 +212,7 @@ def prepare(root: Path, chapter_ids: list[str], limits: Limits, scratch: Path,
     course = Course(templates, {}, isolation, site, package_dir, limits, scratch,
                     copies=Checker(package_dir))
     for chapter in chapter_ids:
-        solution = templates[chapter].solution
-        stubs = resolve_stubs(solution, helper_imports(solution), Path(package_dir))
+        stubs = _stubs(templates[chapter], Path(package_dir))
         course.exercises[chapter] = stubs.exercises()
         course.graded_sites[chapter] = install_stubbed_copy(site, scratch / f"site-{chapter}", stubs)
         course.reference_sites[chapter] = install_stubbed_copy(
@@ -226,6 +225,27 @@ def prepare(root: Path, chapter_ids: list[str], limits: Limits, scratch: Path,
                               f"{copy_flags(answers, package_dir)[0]}")
         course.references[chapter] = _reference(course, chapter, uid, fresh)
     return course
+
+
+def _stubs(template: ChapterTemplate, package_dir: Path) -> Stubs:
+    """The chapter's blocked functions. Finding them imports the helpers (and so torch), which
+    costs seconds: the answer is cached by the course version (``source_hash``)."""
+    import json
+
+    cached = cache_dir() / "stubs" / f"{template.chapter}-{template.source_hash}.json"
+    try:
+        return Stubs(by_file=json.loads(cached.read_text()))
+    except (OSError, ValueError):
+        pass
+    stubs = resolve_stubs(template.solution, helper_imports(template.solution), package_dir)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(stubs.by_file))
+        os.replace(tmp, cached)
+    except OSError:
+        pass
+    return stubs
 
 
 def _reference(course: Course, chapter: str, uid: int | None, fresh: bool) -> dict:

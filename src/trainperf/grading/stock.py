@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ..course import CourseError, chapter_notebook, generate_uncached, make_scratch_course, nbgrader
+from ..course import CourseError, chapter_notebook, generate_with_gradebook, make_scratch_course, nbgrader
 
 
 def autograde(root: Path, chapter: str, submissions: dict[str, object], scratch: Path,
@@ -23,7 +23,7 @@ def autograde(root: Path, chapter: str, submissions: dict[str, object], scratch:
     from nbgrader.api import Gradebook
 
     course = make_scratch_course(root, scratch, [chapter])
-    generate_uncached(course, chapter)  # autograde reads the gradebook generate fills
+    generate_with_gradebook(course, chapter)  # autograde reads the gradebook generate fills
     name = chapter_notebook(root, chapter).name
     for student, nb in submissions.items():
         folder = course / "submitted" / student / chapter

@@ -21,6 +21,7 @@ import importlib
 import re
 import shutil
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -192,12 +193,26 @@ def recording_module(text: str, qualnames: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _imported_names(package_dir: Path) -> dict[str, set[str]]:
+def _statements(tree: ast.AST):
+    """Every statement of a module, nested ones included (an import is a statement: walking
+    every expression too, as ``ast.walk`` does, costs seconds over the whole package)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(node, name, None)
+            if isinstance(children, list):
+                stack.extend(children)
+
+
+@lru_cache(maxsize=4)
+def _imported_names(package_dir: Path) -> dict[str, frozenset[str]]:
     """Per module file, the private names other modules of the package import from it."""
     out: dict[str, set[str]] = {}
     for path in package_dir.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
+        for node in _statements(tree):
             if isinstance(node, ast.ImportFrom) and node.level and node.module:
                 base = path.parent
                 for _ in range(node.level - 1):
@@ -208,7 +223,7 @@ def _imported_names(package_dir: Path) -> dict[str, set[str]]:
                     if rel:
                         out.setdefault(rel, set()).update(a.name for a in node.names
                                                           if a.name.startswith("_"))
-    return out
+    return {rel: frozenset(names) for rel, names in out.items()}
 
 
 def install_stubbed_copy(site: Path, folder: Path, stubs: Stubs, recording: bool = False) -> Path:
