@@ -167,3 +167,14 @@ def test_generate_is_cached_by_content(tmp_path, monkeypatch):
     nbformat.write(nb, source)
     third = course.generate(again, CHAPTER)
     assert len(runs) == 1 and "One more line." in next(third.glob("*.ipynb")).read_text()
+    # the gradebook nbgrader filled comes from the same entry: the points without a run
+    from nbgrader.api import Gradebook
+
+    runs.clear()
+    graded = course.make_scratch_course(ROOT, tmp_path / "c", [CHAPTER])
+    course.generate_with_gradebook(graded, CHAPTER)
+    assert runs == []
+    with Gradebook(f"sqlite:///{graded / 'gradebook.db'}") as gb:
+        assert gb.find_assignment(CHAPTER).max_score > 0
+    with pytest.raises(course.CourseError, match="already has a gradebook"):
+        course.generate_with_gradebook(graded, CHAPTER)

@@ -106,59 +106,53 @@ def _generate_key(course_root: Path, chapter: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def generate(course_root: Path, chapter: str) -> Path:
-    """``nbgrader generate_assignment`` for one chapter; returns the released folder.
-
-    The released files are cached by content (:func:`_generate_key`): the same sources under
-    the same config and nbgrader give the same files, so a second build, check or test of an
-    unchanged chapter copies them instead of running nbgrader again. The scratch course's
-    gradebook is only written on a miss; callers that read it use :func:`generate_uncached`.
-    """
-    released = course_root / "notebooks" / chapter
-    cached = cache_dir() / "generate" / f"{chapter}-{_generate_key(course_root, chapter)}"
-    if cached.is_dir():
-        if released.exists():
-            shutil.rmtree(released)
-        shutil.copytree(cached, released)
-        return released
-    generate_uncached(course_root, chapter)
+def _generated(course_root: Path, chapter: str) -> Path:
+    """nbgrader's output for one chapter — ``released/`` and the ``gradebook.db`` it fills —
+    from the cache, made on a miss by running nbgrader in a course of that chapter alone (so
+    the gradebook holds it alone). Cached by content (:func:`_generate_key`): the same sources
+    under the same config and nbgrader give the same output, so a second build, check, grading
+    run or test of an unchanged chapter copies it instead of running nbgrader again."""
+    cached = cache_dir() / "generated" / f"{chapter}-{_generate_key(course_root, chapter)}"
+    if (cached / "gradebook.db").is_file():
+        return cached
     cached.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=cached.parent, prefix=".tmp-"))
-    shutil.copytree(released, staging / "files")
-    try:  # another build may store the same entry at the same moment: one of them wins
-        os.replace(staging / "files", cached)
-    except OSError:
-        pass
-    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        alone = staging / "course"
+        (alone / "solutions").mkdir(parents=True)
+        shutil.copy2(course_root / CONFIG_NAME, alone / CONFIG_NAME)
+        shutil.copytree(course_root / "solutions" / chapter, alone / "solutions" / chapter)
+        released = generate_uncached(alone, chapter)
+        shutil.copytree(released, staging / "files" / "released")
+        shutil.copy2(alone / "gradebook.db", staging / "files" / "gradebook.db")
+        try:  # another run may store the same entry at the same moment: one of them wins
+            os.replace(staging / "files", cached)
+        except OSError:
+            pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return cached
+
+
+def generate(course_root: Path, chapter: str) -> Path:
+    """``nbgrader generate_assignment`` for one chapter (cached, :func:`_generated`); returns
+    the released folder under ``course_root``."""
+    released = course_root / "notebooks" / chapter
+    cached = _generated(course_root, chapter)
+    if released.exists():
+        shutil.rmtree(released)
+    shutil.copytree(cached / "released", released)
     return released
 
 
 def generate_with_gradebook(course_root: Path, chapter: str) -> Path:
-    """``nbgrader generate_assignment`` into a course that has no gradebook yet, with the
-    gradebook it fills (``nbgrader autograde`` reads it). Cached by content like
-    :func:`generate`: nbgrader's own output of an earlier run (released files and gradebook)
-    is copied instead of spending tens of seconds running it again."""
-    released = course_root / "notebooks" / chapter
+    """:func:`generate` into a course of that chapter alone, with the gradebook nbgrader fills
+    (``nbgrader autograde`` reads it; so do the points of each graded cell)."""
     book = course_root / "gradebook.db"
-    cached = cache_dir() / "gradebook" / f"{chapter}-{_generate_key(course_root, chapter)}"
     if book.exists():
-        return generate_uncached(course_root, chapter)  # a book with other chapters: add to it
-    if (cached / "gradebook.db").is_file():
-        if released.exists():
-            shutil.rmtree(released)
-        shutil.copytree(cached / "released", released)
-        shutil.copy2(cached / "gradebook.db", book)
-        return released
-    generate_uncached(course_root, chapter)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=cached.parent, prefix=".tmp-"))
-    shutil.copytree(released, staging / "files" / "released")
-    shutil.copy2(book, staging / "files" / "gradebook.db")
-    try:  # another run may store the same entry at the same moment: one of them wins
-        os.replace(staging / "files", cached)
-    except OSError:
-        pass
-    shutil.rmtree(staging, ignore_errors=True)
+        raise CourseError(f"{course_root} already has a gradebook; generate into a fresh course folder")
+    released = generate(course_root, chapter)
+    shutil.copy2(_generated(course_root, chapter) / "gradebook.db", book)
     return released
 
 

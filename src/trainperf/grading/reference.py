@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..course import CourseError, cache_dir, chapter_notebook, generate_uncached, make_scratch_course
+from ..course import CourseError, cache_dir, chapter_notebook, generate_with_gradebook, make_scratch_course
 from .exam import VISIBLE, build_exam, check_records, visible_events
 
 
@@ -79,9 +79,9 @@ def make_templates(root: Path, chapter_ids: list[str], scratch: Path, helpers_ha
     if todo:
         from nbgrader.api import Gradebook
 
-        template = make_scratch_course(root, scratch / "template", [c for c, *_ in todo])
         for chapter, cached, solution, source_hash in todo:
-            released_dir = generate_uncached(template, chapter)
+            template = make_scratch_course(root, scratch / f"template-{chapter}", [chapter])
+            released_dir = generate_with_gradebook(template, chapter)
             released = nbformat.read(released_dir / chapter_notebook(root, chapter).name, as_version=4)
             with Gradebook(f"sqlite:///{template / 'gradebook.db'}") as gb:
                 max_score = float(gb.find_assignment(chapter).max_score)
