@@ -140,6 +140,20 @@ def test_placement_names_the_roof_a_point_lands_above():
     assert len(noisy) == 1 and "spread 200%" in noisy[0]
 
 
+def test_share_of_the_prediction_has_an_interval_over_the_runs():
+    M, K, N = 64, 256, 256
+    f, q = roofline.gemm_flops(M, K, N), roofline.gemm_bytes(M, K, N, 4)
+    peak, bw = 100e9, 10e9
+    predicted_s = f / roofline.attainable(f / q, peak, bw)
+    runs = tuple(predicted_s * factor for factor in (2.0, 2.1, 1.9, 2.05, 2.5, 1.95, 2.0, 4.0, 2.02))
+    point = roofline.GemmPoint(M, K, N, "fp32", f / q, f / min(runs), sorted(runs)[4], 1.0, min(runs), runs)
+    share, low, high = point.share_of(peak, bw)
+    assert share == pytest.approx(0.5, rel=0.01)  # the median run took twice the prediction
+    assert low < share < high and low > 1 / 4.0 and high < 1 / 1.9  # one slow run does not sink it
+    with pytest.raises(ValueError, match="at least 3"):
+        _point(64, 50, 80e9).share_of(peak, bw)
+
+
 def test_explorer_sliders_hold_every_preset_exactly():
     ex = roofline.RooflineExplorer(M=64, preset="H100 SXM · bf16")
     for name, (peak, bw, _b) in roofline.presets().items():

@@ -25,7 +25,7 @@ from . import hardware, i18n
 from ._validate import count as _count
 from ._validate import positive as _positive
 from ._widgets import with_static_fallback
-from .bench import measure, resolve_device
+from .bench import interval, measure, resolve_device
 from .i18n import text, tr
 
 
@@ -200,7 +200,8 @@ class GemmPoint:
     """A measured GEMM placed on the roofline.
 
     ``achieved_flops`` comes from the FASTEST timed run (the same best-case rule as the
-    measured roofs); ``median_s`` and ``spread`` say how much the runs varied.
+    measured roofs); ``median_s`` and ``spread`` say how much the runs varied, and
+    :meth:`share_of` how sure the fraction of the prediction is.
     """
 
     M: int
@@ -212,11 +213,22 @@ class GemmPoint:
     median_s: float
     spread: float
     best_s: float = 0.0
+    samples: tuple[float, ...] = ()  # every timed run, in seconds
+
+    def share_of(self, peak_flops: float, bandwidth: float) -> tuple[float, float, float]:
+        """``(median, low, high)``: the fraction of the roofline's prediction the runs reached
+        (the median run), with a 95 % bootstrap interval over the runs. It needs 3 runs."""
+        if len(self.samples) < 3:
+            raise ValueError(f"M={self.M}: {len(self.samples)} timed run(s); measure at least 3 "
+                             "(measure_gemms(..., iters=3 or more))")
+        predicted_s = gemm_flops(self.M, self.K, self.N) / attainable(self.intensity, peak_flops, bandwidth)
+        return interval([predicted_s / t for t in self.samples])
 
 
 def measure_gemms(shapes: Sequence[tuple[int, int, int]], dtype: str = "fp32",
-                  device: str = "auto", iters: int = 5) -> list[GemmPoint]:
-    """Time ``A(M×K) @ W(K×N)`` for each shape; achieved FLOP/s of the fastest timed run."""
+                  device: str = "auto", iters: int = 9) -> list[GemmPoint]:
+    """Time ``A(M×K) @ W(K×N)`` for each shape; achieved FLOP/s of the fastest timed run, and
+    every run kept (:meth:`GemmPoint.share_of`)."""
     dev = resolve_device(device)
     key = hardware.dtype_key(dtype)
     b = hardware.bytes_per_element(key)
@@ -227,7 +239,7 @@ def measure_gemms(shapes: Sequence[tuple[int, int, int]], dtype: str = "fp32",
         run = measure(lambda a=a, w=w: a @ w, warmup=2, iters=iters, device=dev)
         f = gemm_flops(M, K, N)
         points.append(GemmPoint(M, K, N, key, intensity(f, gemm_bytes(M, K, N, b)),
-                                f / run.min, run.median, run.spread, run.min))
+                                f / run.min, run.median, run.spread, run.min, tuple(run.samples)))
     return points
 
 
