@@ -57,3 +57,36 @@ def test_no_checkout_found(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["build", "--check"]) == 2
     assert "No course checkout found" in capsys.readouterr().err
+
+
+def _cli(*args: str, cwd=None):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "trainperf.cli", *args], capture_output=True,
+                          text=True, cwd=cwd or ROOT, timeout=300)
+
+
+def test_a_bare_chapters_option_is_an_error_not_every_chapter():
+    for command in (["run"], ["build", "--check"], ["grade", "subs"], ["discriminate"]):
+        done = _cli(*command, "--chapters")
+        assert done.returncode == 2 and "--chapters: expected at least one argument" in done.stderr, command
+
+
+def test_an_unknown_chapter_is_refused_before_torch_loads():
+    import subprocess
+    import sys
+
+    code = ("import sys; from trainperf.cli import main; rc = main(['run', '--chapters', '99']); "
+            "print('torch' in sys.modules); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2 and done.stdout.strip() == "False"
+    assert done.stderr.strip().startswith("trainperf: Unknown chapter '99'")
+
+
+def test_run_says_started_when_a_chapter_really_starts(tmp_path):
+    root = _fake_course(tmp_path)
+    done = _cli("--root", str(root), "run", "--device", "cpu", "--jobs", "1", "--out", str(tmp_path / "out"))
+    lines = [ln.strip() for ln in done.stdout.splitlines() if ln.strip().startswith(("started", "["))]
+    assert [ln.split()[0] + " " + ln.split()[1].rstrip(":") for ln in lines] == [
+        "started 01_good", "[1/2] 01_good", "started 02_bad", "[2/2] 02_bad"], done.stdout

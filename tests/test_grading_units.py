@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 
 import pytest
 from conftest import ROOT
@@ -334,3 +335,30 @@ def test_copy_check_table_is_cached_by_the_helpers_content(tmp_path, monkeypatch
     assert len(list((tmp_path / "cache" / "fingerprints").iterdir())) == 2
     assert "helpers.extra.extra_helper" in second.values()
     assert "helpers.extra.extra_helper" not in first.values()
+
+
+@pytest.mark.parametrize("asked, graded", [
+    ([], ["01_roofline", "05_memory"]),  # the chapters handed in, not nine with seven missing
+    (["--chapters", "all"], "every chapter"),
+    (["--chapters", "5"], ["05_memory"]),
+])
+def test_grade_takes_the_chapters_found_in_the_submissions(asked, graded, monkeypatch, tmp_path, capsys):
+    from trainperf.cli import main
+    from trainperf.course import CourseError, chapter_notebook, chapters
+    from trainperf.grading import grade as grading
+
+    def stop(root, chapter_ids, *args, **kwargs):
+        raise CourseError(f"would grade {','.join(chapter_ids)}")
+
+    monkeypatch.setattr(grading, "prepare", stop)
+    for student, chapter in (("ada", "05_memory"), ("bob", "01_roofline"), ("bob", "05_memory")):
+        folder = tmp_path / "subs" / student / chapter
+        folder.mkdir(parents=True)
+        shutil.copy(ROOT / "notebooks" / chapter / chapter_notebook(ROOT, chapter).name, folder)
+    code = main(["--root", str(ROOT), "grade", str(tmp_path / "subs"), "--out", str(tmp_path / "g.csv"),
+                 *asked])
+    captured = capsys.readouterr()
+    want = chapters(ROOT) if graded == "every chapter" else graded
+    assert code == 2 and captured.err.strip() == f"trainperf: would grade {','.join(want)}"
+    if not asked:
+        assert "found in the submissions: 01_roofline, 05_memory (--chapters all" in captured.out

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from .course import CourseError, find_root
+from .course import CourseError, chapters, find_root
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -18,11 +18,11 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="regenerate notebooks/ and notebooks/<lang>/ from solutions/")
     p.add_argument("--check", action="store_true",
                    help="change nothing; exit 1 naming each file notebooks/ gets wrong")
-    p.add_argument("--chapters", nargs="*", help="chapter names or numbers (default: all)")
+    p.add_argument("--chapters", nargs="+", help="chapter names or numbers (default: all)")
 
     p = sub.add_parser("run", help="execute solution notebooks headless (papermill)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    p.add_argument("--chapters", nargs="*", help="chapter names or numbers (default: all)")
+    p.add_argument("--chapters", nargs="+", help="chapter names or numbers (default: all)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", dest="quick", action="store_true", default=True,
                       help="small configuration (default)")
@@ -36,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("submissions", type=Path,
                    help="folder of <student>/<chapter>/<notebook>.ipynb")
     p.add_argument("--out", type=Path, default=Path("grades.csv"), help="CSV to write")
-    p.add_argument("--chapters", nargs="*", help="chapters to grade (default: all)")
+    p.add_argument("--chapters", nargs="+",
+                   help="chapter names or numbers, or 'all' to count a chapter a student did not "
+                        "hand in as 0 (default: the chapters found in the submissions)")
     p.add_argument("--jobs", "-j", type=int, default=1, help="students graded in parallel")
     p.add_argument("--timeout", type=float, default=600,
                    help="seconds allowed for one notebook (default 600)")
@@ -70,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("discriminate",
                        help="prove graded cells discriminate: stub 0, solution full, mistakes 0")
-    p.add_argument("--chapters", nargs="*", help="chapters (default: all)")
+    p.add_argument("--chapters", nargs="+", help="chapter names or numbers (default: all)")
     p.add_argument("--jobs", "-j", type=int, default=2, help="submissions graded in parallel")
     p.add_argument("--workdir", type=Path, help="keep submissions and scratch courses here")
     return parser
@@ -92,10 +94,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {page}")
             return 0
         root = args.root.resolve() if args.root else find_root()
+        wanted = getattr(args, "chapters", None)
+        if args.command == "grade" and wanted is not None and [w.lower() for w in wanted] == ["all"]:
+            wanted = chapters(root)
+        if wanted is not None:
+            wanted = chapters(root, wanted)  # an unknown chapter is refused before torch loads
         if args.command == "build":
             from .build import build
 
-            diffs = build(root, args.chapters, check=args.check)
+            diffs = build(root, wanted, check=args.check)
             if args.check:
                 for line in diffs:
                     print(f"out of date: {line}", file=sys.stderr)
@@ -115,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 device = "cuda" if torch.cuda.is_available() else "cpu"
             out = args.out if args.out.is_absolute() else Path.cwd() / args.out
-            results = run(root, args.chapters, out, device=device, quick=args.quick,
+            results = run(root, wanted, out, device=device, quick=args.quick,
                           jobs=args.jobs, cell_timeout=args.cell_timeout)
             return 0 if all(r.status == "ok" for r in results) else 1
         if args.command == "grade":
@@ -133,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             limits = Limits(cell_timeout=args.cell_timeout, notebook_timeout=args.timeout,
                             memory_mb=args.memory_mb or None, file_mb=args.file_mb,
                             disk_mb=args.disk_mb, processes=args.processes)
-            grade(root, args.submissions.resolve(), args.out.resolve(), args.chapters,
+            grade(root, args.submissions.resolve(), args.out.resolve(), wanted,
                   jobs=args.jobs, limits=limits,
                   workdir=args.workdir.resolve() if args.workdir else None,
                   feedback=args.feedback.resolve() if args.feedback else None, fresh=args.fresh,
@@ -143,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             from .discriminate import discriminate
 
             os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-            failures = discriminate(root, args.chapters, jobs=args.jobs,
+            failures = discriminate(root, wanted, jobs=args.jobs,
                                     workdir=args.workdir.resolve() if args.workdir else None)
             for line in failures:
                 print(f"NOT DISCRIMINATING: {line}", file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,16 +78,26 @@ def run(root: Path, wanted: list[str] | None, out_dir: Path, device: str = "auto
     mode = "quick" if quick else "full"
     print(f"running {total} notebook(s), device={device}, {mode}, jobs={jobs} -> {out_dir}",
           flush=True)
+    waiting = list(chapter_ids)
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(run_one, str(root), ch, str(out_dir), device, quick, cell_timeout): ch
-                   for ch in chapter_ids}
-        for ch in chapter_ids:
-            print(f"  started  {ch}", flush=True)
-        for future in as_completed(futures):
-            result = future.result()
-            results.append(result)
-            print(f"  [{len(results)}/{total}] {result.chapter}: {result.status} "
-                  f"in {result.seconds:.1f} s {result.detail}", flush=True)
+        running = set()
+
+        def start_next() -> None:  # one chapter per free worker, so "started" is when it starts
+            chapter = waiting.pop(0)
+            print(f"  started  {chapter}", flush=True)
+            running.add(pool.submit(run_one, str(root), chapter, str(out_dir), device, quick, cell_timeout))
+
+        while waiting and len(running) < max(1, jobs):
+            start_next()
+        while running:
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                result = future.result()
+                results.append(result)
+                print(f"  [{len(results)}/{total}] {result.chapter}: {result.status} "
+                      f"in {result.seconds:.1f} s {result.detail}", flush=True)
+                if waiting:
+                    start_next()
     results.sort(key=lambda r: r.chapter)
     print(format_table(results), flush=True)
     return results

@@ -311,6 +311,14 @@ def grade(root: Path, submissions: Path, out: Path, wanted: list[str] | None = N
     if not found.notebooks:
         raise CourseError(f"No student folders in {submissions}: expected "
                           "SUBMISSIONS/<student>/<chapter>/<notebook>.ipynb.")
+    if wanted is None:  # the chapters handed in; a chapter nobody handed in is not every student's 0
+        present = {chapter for mine in found.notebooks.values() for chapter in mine}
+        if not present:
+            raise CourseError(f"No notebook of any chapter in {submissions}: expected "
+                              "SUBMISSIONS/<student>/<chapter>/<notebook>.ipynb.")
+        chapter_ids = [chapter for chapter in chapter_ids if chapter in present]
+        print(f"grading the chapter(s) found in the submissions: {', '.join(chapter_ids)} "
+              "(--chapters all counts the others as 0)", flush=True)
     summary = summarize(found)  # the whole class: every shard records it
     shard = shard or Shard(1, 1)
     if shard.count > 1:
