@@ -158,7 +158,7 @@ def test_failure_kinds_and_messages():
 
 def test_hints_name_cells_to_look_at():
     broken = CellStats("01", "ex1", 2, graded=10, passed=0, kinds=Counter({ERROR: 8, NOT_ATTEMPTED: 2}))
-    assert broken.hints()[:2] == ["nobody passed: broken, or too hard?",
+    assert broken.hints()[:2] == ["none of the 8 who answered passed: broken, or too hard?",
                                   "most failures are errors, not wrong values: are the instructions clear?"]
     lenient = CellStats("01", "ex2", 2, graded=10, passed=5,
                         kinds=Counter({WRONG_HIDDEN: 4, WRONG_VISIBLE: 1}))
@@ -359,3 +359,31 @@ def test_report_refuses_a_csv_edited_after_grading(tmp_path, capsys):
     assert main(["report", str(grades), "--out", str(tmp_path / "report")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not the CSV its details file describes" in err[0]
+
+
+def test_report_keeps_unanswered_apart_from_failed():
+    from collections import Counter
+
+    from trainperf.report import NOT_ATTEMPTED, WRONG_VISIBLE, CellStats
+
+    blank = CellStats("01_x", "ex1", 2.0, graded=10, passed=2, kinds=Counter({NOT_ATTEMPTED: 8}))
+    assert blank.pass_rate == 0.2 and blank.attempted == 2 and blank.attempted_pass_rate == 1.0
+    assert blank.hints() == ["8 of 10 left it unanswered"]  # not "hard": both who answered passed
+    hard = CellStats("01_x", "ex2", 2.0, graded=10, passed=2, kinds=Counter({WRONG_VISIBLE: 8}))
+    assert hard.hints() == ["hard: 20% of those who answered pass"]
+    nobody = CellStats("01_x", "ex3", 2.0, graded=4, passed=0, kinds=Counter({NOT_ATTEMPTED: 4}))
+    assert nobody.hints() == ["nobody answered it"]
+
+
+def test_report_names_the_limits_and_ends_the_axis_at_the_maximum():
+    from trainperf.grading.grade import Limits
+    from trainperf.report import describe_limits, score_bins
+
+    assert describe_limits(Limits().key()) == (
+        "cell 60 s, notebook 600 s, memory 6144 MiB, largest file 256 MiB, scratch disk 1024 MiB, "
+        "processes 256, output kept per cell 20000 characters")
+    uncapped = describe_limits(Limits(memory_mb=None).key())
+    assert uncapped.startswith("cell 60 s, notebook 600 s, memory no cap")
+    assert describe_limits("30:600") == "30:600"  # another shape: shown as it is
+    assert score_bins(9)[0] == -0.5 and score_bins(9)[-1] == 9.5 and len(score_bins(9)) == 11
+    assert score_bins(100)[-1] == 100

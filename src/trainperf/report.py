@@ -54,6 +54,21 @@ REVIEW = {
 }
 
 
+# the fields of ``Limits.key()`` (trainperf.grading.grade), in order, with their units
+_LIMIT_FIELDS = [("cell", "s"), ("notebook", "s"), ("memory", "MiB"), ("largest file", "MiB"),
+                 ("scratch disk", "MiB"), ("processes", ""), ("output kept per cell", "characters")]
+
+
+def describe_limits(key: str) -> str:
+    """``60:600:6144:256:1024:256:20000`` -> ``cell 60 s, notebook 600 s, memory 6144 MiB, …``
+    (a key of another shape is shown as it is)."""
+    values = key.split(":")
+    if len(values) != len(_LIMIT_FIELDS):
+        return key
+    return ", ".join(f"{name} {'no cap' if value == 'None' else (value + ' ' + unit).strip()}"
+                     for (name, unit), value in zip(_LIMIT_FIELDS, values, strict=True))
+
+
 def failure_kind(verdict: dict) -> str | None:
     """How a graded cell failed (None: it passed)."""
     status, ename = verdict.get("status"), verdict.get("ename", "")
@@ -108,24 +123,35 @@ class CellStats:
     def mean_points(self) -> float:
         return self.points / self.graded if self.graded else 0.0
 
+    @property
+    def attempted(self) -> int:
+        return self.graded - self.kinds[NOT_ATTEMPTED]
+
+    @property
+    def attempted_pass_rate(self) -> float:
+        """Passed among those who answered: a cell most left blank is not thereby hard."""
+        return self.passed / self.attempted if self.attempted else 0.0
+
     def hints(self) -> list[str]:
-        """Where an instructor may want to look (rules of thumb)."""
+        """Where an instructor may want to look (rules of thumb). How hard a cell is, is read
+        from those who answered it; how many left it blank is said apart."""
         if not self.graded:
             return []
-        failed = self.graded - self.passed
-        tried = failed - self.kinds[NOT_ATTEMPTED]
+        tried = self.attempted - self.passed  # attempted and failed
         hints = []
-        if self.passed == 0:
-            hints.append("nobody passed: broken, or too hard?")
-        elif self.pass_rate < 0.3:
-            hints.append(f"hard: {self.pass_rate:.0%} pass")
+        if not self.attempted:
+            hints.append("nobody answered it")
+        elif self.passed == 0:
+            hints.append(f"none of the {self.attempted} who answered passed: broken, or too hard?")
+        elif self.attempted_pass_rate < 0.3:
+            hints.append(f"hard: {self.attempted_pass_rate:.0%} of those who answered pass")
         if tried >= 2 and self.kinds[ERROR] > tried / 2:
             hints.append("most failures are errors, not wrong values: are the instructions clear?")
         if tried >= 2 and self.kinds[WRONG_HIDDEN] > tried / 2:
             hints.append("most failures pass the visible checks: add a visible check for the "
                          "common mistake?")
-        if self.kinds[NOT_ATTEMPTED] > self.graded / 2:
-            hints.append("most left it unanswered")
+        if self.attempted and self.kinds[NOT_ATTEMPTED] > self.graded / 2:
+            hints.append(f"{self.kinds[NOT_ATTEMPTED]} of {self.graded} left it unanswered")
         return hints
 
 
@@ -163,12 +189,19 @@ def review_reasons(row: StudentRow) -> list[str]:
     return found
 
 
+def score_bins(top: float) -> list[float]:
+    """Histogram bin edges for scores 0..``top``: one bar per whole point up to 40 points (the
+    axis ends at the chapter's maximum, not past it), else 20 equal bars."""
+    if top <= 40:
+        return [i - 0.5 for i in range(int(top) + 2)]
+    return [top * i / 20 for i in range(21)]
+
+
 def _plot(part: Part, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
     from matplotlib.ticker import MaxNLocator
 
     count = max(1, len(part.chapters))
@@ -181,8 +214,9 @@ def _plot(part: Part, path: Path) -> None:
         outcomes = [r.outcomes[chapter] for r in part.rows]
         scores = [o.score for o in outcomes if graded(o)]
         top = max([o.max_score for o in outcomes] or [1.0]) or 1.0
-        bins = np.arange(-0.5, top + 1.5, 1.0) if top <= 40 else np.linspace(0, top, 21)
+        bins = score_bins(top)
         ax.hist(scores, bins=bins, color="#4878a8", edgecolor="white")
+        ax.set_xlim(bins[0], bins[-1])
         missing = sum(1 for o in outcomes if o.reason.startswith("missing "))
         ax.set_title(f"{chapter}\n{len(scores)} graded, {missing} missing", fontsize=9)
         ax.set_xlabel(f"score (of {top:g})", fontsize=8)
@@ -217,9 +251,10 @@ def report(grades: Path, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     names = shown_ids(part.rows)
     cells = cell_stats(part)
-    cell_header = ["chapter", "cell", "max points", "graded", "pass rate", "mean points", *KINDS,
-                   "most common failure messages", "look at"]
+    cell_header = ["chapter", "cell", "max points", "graded", "pass rate", "answered",
+                   "pass rate of answered", "mean points", *KINDS, "most common failure messages", "look at"]
     cell_rows = [[c.chapter, c.cell, f"{c.max_points:g}", str(c.graded), f"{c.pass_rate:.0%}",
+                  str(c.attempted), f"{c.attempted_pass_rate:.0%}" if c.attempted else "–",
                   f"{c.mean_points:.2f}", *[str(c.kinds[k]) for k in KINDS],
                   " | ".join(f"{n}× {m}" for m, n in c.messages.most_common(TOP_MESSAGES)),
                   "; ".join(c.hints())] for c in cells]
@@ -257,8 +292,8 @@ def report(grades: Path, out: Path) -> Path:
         f"<h1>Class report: {html.escape(grades.name)}</h1>",
         f"<p>{len(part.rows)} students, {len(part.chapters)} chapter(s); graded as shard "
         f"{part.shard} (class of {part.summary.students} students, {part.summary.notebooks} notebooks); "
-        f"trainperf {html.escape(str(part.course.get('trainperf')))}, limits "
-        f"{html.escape(str(part.course.get('limits')))}.</p>",
+        f"trainperf {html.escape(str(part.course.get('trainperf')))}; limits per submission: "
+        f"{html.escape(describe_limits(str(part.course.get('limits'))))}.</p>",
         "<h2>Chapters</h2>",
         _table(["chapter", "graded", "missing", "unreadable", "mean score", "median", "max", "full marks"],
                chapter_rows),
