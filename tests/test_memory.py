@@ -56,10 +56,10 @@ def test_zero_shards_pad_up_and_leave_unsharded_parts_whole():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"n_params": 0}, "n_params must be a positive integer"),
+    ({"n_params": 0}, "n_params must be a positive whole number"),
     ({"n_params": 10, "optimizer": "lion"}, "unknown optimizer 'lion'"),
     ({"n_params": 10, "zero_stage": 4}, "zero_stage must be 0, 1, 2 or 3"),
-    ({"n_params": 10, "dp": 0}, "dp must be a positive integer"),
+    ({"n_params": 10, "dp": 0}, "dp must be a positive whole number"),
 ])
 def test_ledger_bad_input_gets_one_clear_line(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -297,7 +297,7 @@ def test_explorer_redraws_and_says_what_fits():
     assert "T4 (16 GB" in ex.row.value
     bundle = ex._repr_mimebundle_()
     assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(bundle)
-    with pytest.raises(KeyError, match="no model preset"):
+    with pytest.raises(KeyError, match="unknown model preset"):
         memory.MemoryExplorer(model="GPT-5")
 
 

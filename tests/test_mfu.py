@@ -223,7 +223,7 @@ def test_noisy_runs_say_so_in_the_report():
 
 
 @pytest.mark.parametrize("argv,message", [(["--batch", "0"], "batch_size must be >= 1"),
-                                          (["--config", "nope"], "No model config 'nope'")])
+                                          (["--config", "nope"], "unknown model config 'nope'")])
 def test_benchmark_command_bad_input_is_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as done:
         mfu.main(argv)

@@ -88,7 +88,7 @@ def test_bf16_autocast_step_runs_on_cpu():
 def test_bad_configs_and_inputs():
     with pytest.raises(ValueError, match="divisible"):
         models.GPTConfig(d_model=10, n_heads=4)
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(ValueError, match="positive whole number"):
         models.GPTConfig(n_layers=0)
     with pytest.raises(KeyError, match="known"):
         models.get_config("gpt-5")

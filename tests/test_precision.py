@@ -51,7 +51,7 @@ def test_table_prints_every_format_and_refuses_unknown_names():
     for name in ("fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "e8m0"):
         assert name in text
     assert "none" in text  # e8m0 has no subnormals
-    with pytest.raises(KeyError, match="no format 'fp4'"):
+    with pytest.raises(KeyError, match="unknown format 'fp4'"):
         precision.format_table().row("fp4")
     with pytest.raises(ValueError, match="layout"):
         precision.layout_limits(5, 2, "posit")

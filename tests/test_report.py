@@ -348,7 +348,7 @@ def test_tuner_keeps_and_reverts_and_builds_on_what_was_kept():
     assert speed["checkpoint"]["verdict"] == "slower" and speed["workers"]["verdict"] == "faster"
     assert speed["fused"]["verdict"] == "within noise"  # one pair in three equal
     assert speed["workers"]["pairs"] == 12 and "interleaved pairs" in speed["workers"]["sentence"]
-    with pytest.raises(KeyError, match="no change"):
+    with pytest.raises(KeyError, match="unknown change"):
         tuner.try_change("magic")
     rep = report.build_report(tuner.rows)
     assert any("reverted bf16: loss moved beyond tolerance" in f for f in rep.trace_findings)
@@ -422,7 +422,7 @@ def test_read_report_errors_are_one_line(tmp_path):
         report.read_report(tmp_path)
     with pytest.raises(ValueError, match="no table"):
         report.parse_markdown_table("# nothing here")
-    with pytest.raises(KeyError, match="no recorded report"):
+    with pytest.raises(KeyError, match="unknown recorded report"):
         report.recorded_report("tpu")
 
 

@@ -31,6 +31,7 @@ from torch.utils.checkpoint import checkpoint
 
 from . import memory, models
 from ._validate import count as _count
+from ._validate import flag as _flag
 from .bench import Measurement, SpeedComparison, compare_speed, measure, resolve_device, summary_line
 
 #: The plans of the chapter's menu, in no particular order of cost.
@@ -41,7 +42,7 @@ _MARK = "_trainperf_checkpoint"
 def plan_modes(plan: str, n_blocks: int) -> list[str]:
     """One mode per block for ``plan``: ``"none"``, ``"full"`` (checkpointed block) or
     ``"selective"`` (checkpointed attention core)."""
-    _count(n_blocks=n_blocks)
+    n_blocks, = _count(n_blocks=n_blocks)
     text = str(plan).strip().lower()
     if text == "none":
         return ["none"] * n_blocks
@@ -97,6 +98,7 @@ def apply(model: nn.Module, plan: str = "every", *, preserve_rng_state: bool = T
     under ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``. Undo with
     :func:`remove` or ``apply(model, "none")``; parameters and ``state_dict`` never change.
     """
+    _flag(preserve_rng_state=preserve_rng_state)
     chosen = _blocks(model, blocks)
     modes = plan_modes(plan, len(chosen))
     if "selective" in modes and not all(callable(getattr(b, "attend", None)) for b in chosen):
@@ -131,7 +133,7 @@ def block_forward_flops(config: Any, batch: int, seq_len: int) -> int:
     (2 per weight per token: QKV 3h², projection h², MLP 2·r·h²) plus attention's two
     products, 4·b·s²·h (the causal mask not discounted)."""
     cfg = models.get_config(config)
-    _count(batch=batch, seq_len=seq_len)
+    batch, seq_len = _count(batch=batch, seq_len=seq_len)
     h, tokens = cfg.d_model, batch * seq_len
     return 2 * tokens * (4 + 2 * cfg.mlp_ratio) * h * h + 4 * batch * seq_len**2 * h
 
@@ -147,7 +149,7 @@ def recompute_flops_per_block(config: Any, batch: int, seq_len: int, mode: str) 
     spelled-out one only QKᵀ (2·b·s²·h), since the softmax output is the last thing kept.
     """
     cfg = models.get_config(config)
-    _count(batch=batch, seq_len=seq_len)
+    batch, seq_len = _count(batch=batch, seq_len=seq_len)
     h, tokens, scores = cfg.d_model, batch * seq_len, 2 * batch * seq_len**2 * cfg.d_model
     if mode == "none":
         return 0
@@ -309,6 +311,7 @@ def check_gradients(config: Any = "tiny", plan: str = "every", *, dropout: float
     """One forward and backward with and without ``plan`` from the same weights, batch and
     random seed; compares every gradient with ``torch.testing.assert_close``. ``seq_len=None``
     is the config's context length."""
+    _flag(preserve_rng_state=preserve_rng_state, training=training)
     cfg = models.get_config(config, dropout=dropout)
     idx, targets = models.make_batch(cfg, batch, seq_len)
     grads = []
@@ -333,7 +336,7 @@ def check_gradients(config: Any = "tiny", plan: str = "every", *, dropout: float
 
 def attention_share_formula(seq_len: int, hidden: int) -> float:
     """A rule of thumb for attention's share of a layer's activations: 2s / (2s + 4h)."""
-    _count(seq_len=seq_len, hidden=hidden)
+    seq_len, hidden = _count(seq_len=seq_len, hidden=hidden)
     return 2 * seq_len / (2 * seq_len + 4 * hidden)
 
 
@@ -341,6 +344,7 @@ def korthikanti_attention_share(seq_len: int, hidden: int, heads: int, *, dropou
                                 bytes_per_element: int = 2) -> float:
     """The s² terms' share of Korthikanti et al.'s per-layer count: 5as/h / (34 + 5as/h)
     with their defaults."""
+    _flag(dropout=dropout)
     parts = memory.activation_breakdown(seq_len, 1, hidden, heads, "none", dropout=dropout,
                                         bytes_per_element=bytes_per_element)
     return parts["attention"] / parts["total"]
@@ -356,7 +360,7 @@ def measured_attention_share(seq_len: int, hidden: int, heads: int, *, batch: in
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    _count(seq_len=seq_len, hidden=hidden, heads=heads, batch=batch)
+    seq_len, hidden, heads, batch = _count(seq_len=seq_len, hidden=hidden, heads=heads, batch=batch)
     saved = {}
     with FakeTensorMode():
         for layers, plan in ((1, "none"), (2, "none"), (1, "selective")):

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import _records
+from ._validate import flag as _flag
 from .i18n import language, text, tr, tr_in
 
 
@@ -46,6 +47,24 @@ def _fmt(value: Any) -> str:
             return f"{value:.6g}"
         return f"{value:.4e}"
     return repr(value)
+
+
+def _real(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _fmt_pair(expected: Any, got: Any) -> tuple[str, str] | None:
+    """Expected and got in ONE number format, so they can be read side by side (not
+    ``31,406,250,000`` against ``6.0938e+10``); None when either is not a finite number."""
+    if not (_real(expected) and _real(got)):
+        return None
+    if all(float(v).is_integer() and abs(v) < 1e18 for v in (expected, got)):
+        return tuple(f"{int(v):,}" if abs(v) >= 10_000 else str(int(v)) for v in (expected, got))
+    largest = max(abs(expected), abs(got))
+    if all(v == 0 or 1e-3 <= abs(v) for v in (expected, got)) and largest < 1e5:
+        return f"{expected:.6g}", f"{got:.6g}"
+    return f"{expected:.4e}", f"{got:.4e}"
 
 
 def expected_text(shown: dict[str, Any], lang: str | None = None) -> str:
@@ -71,17 +90,22 @@ def _visible_event(what: str, ok: bool, shown: dict[str, Any], hint: str, got: A
                        "none": got is None})
 
 
-def _fail(what: str, shown: dict[str, Any], got: Any, hint: str, visible: bool = True) -> None:
-    """Raise the learner's message; label and hint are shown in the notebook's language."""
+def _fail(what: str, shown: dict[str, Any], got: Any, hint: str, visible: bool = True,
+          expected_value: Any = None) -> None:
+    """Raise the learner's message; label and hint are shown in the notebook's language.
+    With ``expected_value``, a number, expected and got are printed in one format."""
     __tracebackhide__ = True  # IPython and pytest hide this frame
     if visible:
         _visible_event(what, False, shown, hint, got)
+    pair = _fmt_pair(expected_value, got) if shown.get("kind") in ("close", "equal", "at_most") else None
+    if pair is not None:
+        shown = {**shown, "expected": pair[0]}
     expected = expected_text(shown)
     if shown.get("kind") == "number":
         expected = tr("a number{tolerance} ≈ {expected}", tolerance=_within(shown.get("rtol", 0.0)),
                       expected=shown["expected"])
     message = tr("✗ {what}: expected {expected}, got {got}.", what=text(what), expected=expected,
-                 got=_fmt(got))
+                 got=pair[1] if pair is not None else _fmt(got))
     if got is None:
         message += tr(" Did your function `return` its result?")
     if hint:
@@ -110,6 +134,7 @@ def close(
     quiet: bool = False,
 ) -> None:
     """Check that a number is within ``rtol`` (relative) or ``atol`` of ``expected``."""
+    _flag(quiet=quiet)
     __tracebackhide__ = True
     shown = {"kind": "close", "expected": _fmt(expected), "rtol": rtol}
     try:
@@ -117,12 +142,13 @@ def close(
     except (TypeError, ValueError):
         _fail(what, {**shown, "kind": "number"}, got, hint)
     if math.isnan(value) or not math.isclose(value, expected, rel_tol=rtol, abs_tol=atol):
-        _fail(what, shown, got, hint)
+        _fail(what, shown, got, hint, expected_value=expected)
     _ok(what, quiet, shown, hint)
 
 
 def equal(got: Any, expected: Any, what: str, *, hint: str = "", quiet: bool = False) -> None:
     """Check exact equality (for counts, labels and integers)."""
+    _flag(quiet=quiet)
     __tracebackhide__ = True
     shown = {"kind": "equal", "expected": _fmt(expected)}
     if isinstance(got, str) and isinstance(expected, str):
@@ -130,7 +156,7 @@ def equal(got: Any, expected: Any, what: str, *, hint: str = "", quiet: bool = F
     else:
         got_cmp, exp_cmp = got, expected
     if isinstance(expected, bool) != isinstance(got, bool) or got_cmp != exp_cmp:
-        _fail(what, shown, got, hint)
+        _fail(what, shown, got, hint, expected_value=expected)
     _ok(what, quiet, shown, hint)
 
 
@@ -146,10 +172,11 @@ def one_of(got: Any, allowed: Iterable[Any], what: str, *, hint: str = "") -> No
 
 def at_most(count: Any, limit: int, what: str, *, hint: str = "", quiet: bool = False) -> None:
     """Check that a count is at most ``limit``; a failure says the count and the limit."""
+    _flag(quiet=quiet)
     __tracebackhide__ = True
     shown = {"kind": "at_most", "expected": _fmt(limit)}
     if isinstance(count, bool) or not isinstance(count, int) or count > limit:
-        _fail(what, shown, count, hint)
+        _fail(what, shown, count, hint, expected_value=limit)
     _ok(what, quiet, shown, hint,
         label=tr("{what}: {count} (at most {limit})", what=text(what), count=count, limit=limit))
 
@@ -197,7 +224,8 @@ class _Hidden:
         if "error" in record or not _records.compare(kind, record["value"], wanted, rtol, atol):
             shown = {"kind": kind, "rtol": rtol,
                      "expected": (", ".join(_fmt(w) for w in wanted) if kind == "one_of" else _fmt(wanted))}
-            _fail(what, shown, got, record.get("error") or hint, visible=False)
+            _fail(what, shown, got, record.get("error") or hint, visible=False,
+                  expected_value=None if kind == "one_of" else wanted)
         if _records.recording():  # the reference run: the solution agreed with expect()
             record["expected"] = wanted
             _records.emit(record)
@@ -236,6 +264,7 @@ class _Replay:
         """The same in every process for the same arguments: tensors by dtype, shape and bytes
         (torch's own pickling is not reproducible), functions by where their code was written
         (a trusted cell's ``lambda`` is the same code in both runs)."""
+        _flag(tensor_values=tensor_values)
         import hashlib
         import io
         import pickle

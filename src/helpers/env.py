@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from . import __version__, hardware, i18n
+from ._validate import flag as _flag
 from .bench import resolve_device
 from .i18n import tr
 
@@ -29,6 +30,7 @@ def setup(device: str = "auto", seed: int = 0, verbose: bool = True, lang: str |
     """Resolve ``device`` ("auto" | "cpu" | "cuda"), seed torch, choose the language of
     messages, widgets and plots (``lang``: "en" | "zh"; None keeps the current one, by default
     ``$TRAINPERF_LANG`` or English), and print the environment."""
+    _flag(verbose=verbose)
     i18n.set_language(lang)
     dev = resolve_device(device)
     torch.manual_seed(seed)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ._validate import flag as _flag
+from ._validate import unknown
 from .bench import Measurement, measure, resolve_device
 
 TERA = 1e12
@@ -216,7 +218,7 @@ def dtype_key(dtype: str | torch.dtype) -> str:
                "bfloat16": "bf16", "float8": "fp8", "e4m3": "fp8", "e5m2": "fp8"}
     key = aliases.get(dtype.lower(), dtype.lower())
     if key not in DTYPES:
-        raise KeyError(f"Unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}.")
+        raise unknown("dtype", dtype, DTYPES)
     return key
 
 
@@ -353,6 +355,7 @@ def measure_device(
     Runs are timed after warm-up and synchronized (CUDA events on a GPU); each figure is the
     FASTEST run, because a roof is a best case. These are achieved figures, not datasheet peaks.
     """
+    _flag(quick=quick)
     dev = resolve_device(device)
     if dtypes is None:
         dtypes = ["fp32", "bf16"] if dev.type == "cpu" else ["fp32", "tf32", "bf16"]

@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import count
+from ._validate import flag as _flag
+from ._validate import unknown, whole_fields
 from .bench import resolve_device
 
 
@@ -50,8 +51,7 @@ class GPTConfig:
     dropout: float = 0.0  # on attention probabilities and after each sub-layer, in training
 
     def __post_init__(self) -> None:
-        count(**{f"GPTConfig.{field_name}": getattr(self, field_name) for field_name in
-                 ("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "mlp_ratio")})
+        whole_fields(self, "vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "mlp_ratio")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                              "pick n_heads that divides d_model.")
@@ -117,12 +117,13 @@ def get_config(name: str | GPTConfig, **overrides: int) -> GPTConfig:
     elif name in CONFIGS:
         config = CONFIGS[name]
     else:
-        raise KeyError(f"No model config {name!r}; known: {', '.join(CONFIGS)}.")
+        raise unknown("model config", name, CONFIGS)
     return replace(config, **overrides) if overrides else config
 
 
 def course_config(device: str | torch.device = "auto", quick: bool = True) -> GPTConfig:
     """The config a notebook uses on ``device``: tiny on CPU, GPT-2 small on a GPU."""
+    _flag(quick=quick)
     dev = resolve_device(device)
     if dev.type == "cuda":
         return CONFIGS["gpt2-small"] if not quick else get_config("gpt2-small", seq_len=512)

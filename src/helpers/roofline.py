@@ -31,13 +31,13 @@ from .i18n import text, tr
 
 def gemm_flops(M: int, K: int, N: int) -> int:
     """FLOPs of ``(M×K)·(K×N)``: 2·M·K·N. M, K and N are matrix sizes: positive integers."""
-    _count(M=M, K=K, N=N)
+    M, K, N = _count(M=M, K=K, N=N)
     return 2 * M * K * N
 
 
 def gemm_bytes(M: int, K: int, N: int, bytes_per_element: float) -> float:
     """Minimum bytes moved: b·(MK + KN + MN) — read A and W once, write Y once."""
-    _count(M=M, K=K, N=N)
+    M, K, N = _count(M=M, K=K, N=N)
     _positive(bytes_per_element=bytes_per_element)
     return bytes_per_element * (M * K + K * N + M * N)
 
@@ -273,7 +273,7 @@ def training_gemms(M: int, K: int, N: int) -> list[tuple[str, int, int, int]]:
     """The three GEMMs one ``nn.Linear`` runs per training step, as (name, M, K, N) of
     ``(M×K)·(K×N)``: forward Y = X·W, grad of the input dX = dY·Wᵀ, grad of the weight
     dW = Xᵀ·dY. Here M = tokens in the micro-batch (batch × sequence length)."""
-    _count(M=M, K=K, N=N)
+    M, K, N = _count(M=M, K=K, N=N)
     return [("forward  Y  = X·W", M, K, N), ("backward dX = dY·Wᵀ", M, N, K),
             ("backward dW = Xᵀ·dY", K, M, N)]
 

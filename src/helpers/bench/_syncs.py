@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .._validate import flag as _flag
+
 #: Tensor methods that hand a value to Python: on a GPU each one waits for the device.
 READBACKS = frozenset({"item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__",
                        "__complex__", "__array__", "__format__", "__repr__", "__str__"})
@@ -128,6 +130,7 @@ def logged_loop(step_fn: Callable[[], torch.Tensor], n_steps: int, log_every: in
     forces a host-device sync each step. Both return the same numbers (a last, shorter
     window is included).
     """
+    _flag(read_every_step=read_every_step)
     if n_steps < 1 or log_every < 1:
         raise ValueError(f"need n_steps >= 1 and log_every >= 1, got {n_steps}, {log_every}")
     logged: list[float] = []

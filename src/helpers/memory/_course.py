@@ -41,7 +41,7 @@ def block_saved_bytes(config, batch: int, seq_len: int, mode: str = "none") -> i
     ``"full"`` (the block is checkpointed: only its input) or ``"selective"`` (its attention
     core is checkpointed)."""
     cfg = _config(config)
-    _count(batch=batch, seq_len=seq_len)
+    batch, seq_len = _count(batch=batch, seq_len=seq_len)
     if mode not in BLOCK_MODES:
         raise ValueError(f"mode must be one of {', '.join(BLOCK_MODES)}, got {mode!r}")
     e, sb = 4, seq_len * batch
@@ -67,7 +67,7 @@ def head_saved_bytes(config, batch: int, seq_len: int) -> int:
     output layer and loss (fp32 activations, int64 ids; batch >= 2, since for batch 1 the
     ids and targets share one storage)."""
     cfg = _config(config)
-    _count(batch=batch, seq_len=seq_len)
+    batch, seq_len = _count(batch=batch, seq_len=seq_len)
     e, sb = 4, seq_len * batch
     ids = 8 * sb + 8 * seq_len + 8 * sb  # token ids, positions, targets
     norm = e * sb * cfg.d_model + 2 * 4 * sb  # final LayerNorm input and statistics

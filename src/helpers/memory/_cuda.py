@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from .. import i18n
+from .._validate import flag as _flag
 from ..i18n import text, tr
 
 NOT_ON_CPU = ("not available on CPU: allocated / reserved / peak are statistics of PyTorch's CUDA "
@@ -118,6 +119,7 @@ def cuda_memory(fn: Callable[[], Any], *, device: str | torch.device = "cuda",
     saved) for https://pytorch.org/memory_viz. On a CPU it returns ``available=False`` and
     a reason — never zeros.
     """
+    _flag(history=history)
     if not callable(fn):
         raise TypeError(f"cuda_memory needs a function to run, got {type(fn).__name__}")
     if not torch.cuda.is_available():

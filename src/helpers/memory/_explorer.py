@@ -14,6 +14,8 @@ from typing import Any
 
 from .. import hardware, i18n, models
 from .._validate import count as _count
+from .._validate import flag as _flag
+from .._validate import unknown
 from .._widgets import with_static_fallback
 from ..i18n import text, tr
 from ._ledger import OPTIMIZER_STATES, RECOMPUTE, activation_bytes, model_state_bytes
@@ -64,7 +66,8 @@ def estimate(shape: ModelShape, batch: int, seq_len: int, *, mixed_precision: bo
     """Bytes per rank: the ledger's four parts, ``"activations"`` (layers × Korthikanti's
     formula without dropout, 2 bytes per element with mixed precision, 4 without),
     ``"logits"`` (fp32 log-softmax of the loss) and ``"total"``."""
-    _count(batch=batch, seq_len=seq_len)
+    _flag(mixed_precision=mixed_precision, fused_attention=fused_attention)
+    batch, seq_len = _count(batch=batch, seq_len=seq_len)
     ledger = model_state_bytes(shape.n_params, optimizer, mixed_precision, zero_stage=zero_stage, dp=dp)
     per_layer = activation_bytes(seq_len, batch, shape.hidden, shape.heads, recompute,
                                  bytes_per_element=2 if mixed_precision else 4, dropout=False,
@@ -137,7 +140,7 @@ class MemoryExplorer:
 
         self._presets = model_presets()
         if model not in self._presets:
-            raise KeyError(f"no model preset {model!r}; known: {', '.join(self._presets)}")
+            raise unknown("model preset", model, self._presets)
         spec = hardware.get_device(device)
         dd = {"style": {"description_width": "90px"}}
         self.model = w.Dropdown(options=list(self._presets), value=model, description=tr("model"), **dd)
@@ -223,7 +226,7 @@ class MemoryExplorer:
 
 def max_batch(shape: ModelShape, seq_len: int, capacity_bytes: float, **settings: Any) -> int:
     """Largest micro batch whose :func:`estimate` fits in ``capacity_bytes`` (0 if none does)."""
-    _count(seq_len=seq_len)
+    seq_len, = _count(seq_len=seq_len)
     if estimate(shape, 1, seq_len, **settings)["total"] > capacity_bytes:
         return 0
     fixed = estimate(shape, 1, seq_len, **settings)["total"]

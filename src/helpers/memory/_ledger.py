@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .._validate import count as _count
+from .._validate import flag as _flag
+from .._validate import unknown
 
 #: Optimizers of the ledger, with the fp32 numbers each keeps per parameter (besides any
 #: master copy). Adafactor-like: a factored second moment (one number per row and per column
@@ -34,7 +36,7 @@ def _optimizer(name: str) -> str:
     key = str(name).lower().replace("-", "_").replace(" ", "_")
     key = {"sgd_with_momentum": "sgd_momentum", "momentum": "sgd_momentum"}.get(key, key)
     if key not in OPTIMIZER_STATES:
-        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZER_STATES)}")
+        raise unknown("optimizer", name, OPTIMIZER_STATES)
     return key
 
 
@@ -95,7 +97,8 @@ def model_state_bytes(n_params: int, optimizer: str = "adamw", mixed_precision: 
     master copy over ``dp`` data-parallel ranks, 2 also the gradients, 3 also the
     parameters (each shard padded up to whole bytes).
     """
-    _count(n_params=n_params, dp=dp)
+    _flag(mixed_precision=mixed_precision)
+    n_params, dp = _count(n_params=n_params, dp=dp)
     if zero_stage not in ZERO_STAGES or isinstance(zero_stage, bool):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
     key = _optimizer(optimizer)
@@ -115,7 +118,8 @@ def model_state_bytes(n_params: int, optimizer: str = "adamw", mixed_precision: 
 
 def _activation_parts(seq_len: int, batch: int, hidden: int, heads: int, recompute: str,
                       bytes_per_element: int, dropout: bool, fused_attention: bool) -> tuple[int, int]:
-    _count(seq_len=seq_len, batch=batch, hidden=hidden, heads=heads, bytes_per_element=bytes_per_element)
+    seq_len, batch, hidden, heads, bytes_per_element = _count(
+        seq_len=seq_len, batch=batch, hidden=hidden, heads=heads, bytes_per_element=bytes_per_element)
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     sbh = seq_len * batch * hidden
@@ -141,6 +145,7 @@ def activation_bytes(seq_len: int, batch: int, hidden: int, heads: int, recomput
     ``"full"`` 2·s·b·h. ``dropout=False`` drops the 1-byte masks (32·s·b·h + 2·a·s²·b);
     ``fused_attention=True`` (FlashAttention-style kernels) drops every s × s term.
     """
+    _flag(dropout=dropout, fused_attention=fused_attention)
     linear, attention = _activation_parts(seq_len, batch, hidden, heads, recompute,
                                           bytes_per_element, dropout, fused_attention)
     return linear + attention
@@ -151,6 +156,7 @@ def activation_breakdown(seq_len: int, batch: int, hidden: int, heads: int, reco
                          fused_attention: bool = False) -> dict[str, int]:
     """:func:`activation_bytes` split into ``"linear"`` (terms in s·b·h: grow linearly with the
     sequence) and ``"attention"`` (the a·s²·b terms of the score matrices), plus ``"total"``."""
+    _flag(dropout=dropout, fused_attention=fused_attention)
     linear, attention = _activation_parts(seq_len, batch, hidden, heads, recompute,
                                           bytes_per_element, dropout, fused_attention)
     return {"linear": linear, "attention": attention, "total": linear + attention}

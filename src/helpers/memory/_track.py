@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from .._validate import count as _count
+from .._validate import flag as _flag
 from ..bench import resolve_device
 
 #: MemTracker's categories, renamed for the course.
@@ -239,7 +240,10 @@ def track(model: Any, optimizer: Any = "adamw", step_fn: Callable[..., Any] | No
     and more), keeps freed blocks (reserved > allocated) and needs workspace for some
     kernels (cuBLAS, attention), so measured CUDA peaks run somewhat higher.
     """
-    _count(steps=steps, batch_size=batch_size)
+    _flag(fake=fake)
+    if prime is not None:
+        _flag(prime=prime)
+    steps, batch_size = _count(steps=steps, batch_size=batch_size)
     if fake:
         if str(device) not in ("cpu", "auto"):
             raise ValueError("fake=True tracks on the CPU device (fake tensors have no data, so the "

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from .. import hardware
 from .._validate import count as _count
+from .._validate import flag as _flag
+from .._validate import unknown
 
 # --------------------------------------------------------------------------- formulas
 from ._formulas import dense_model_flops, mfu
@@ -59,9 +61,10 @@ def make_claim(bug: str = "none", *, name: str = "run", params: int = 125_000_00
                step_time_s: float = 1.0, device: str = "A100 80GB SXM", dtype: str = "bf16",
                activation_checkpointing: bool = False) -> MFUClaim:
     """An MFU claim whose working contains ``bug`` (one of :data:`MFU_BUGS`)."""
+    _flag(activation_checkpointing=activation_checkpointing)
     if bug not in MFU_BUGS:
-        raise ValueError(f"unknown bug {bug!r}; choose one of {', '.join(MFU_BUGS)}")
-    _count(num_devices=num_devices, model_parallel=model_parallel)
+        raise unknown("bug", bug, MFU_BUGS)
+    num_devices, model_parallel = _count(num_devices=num_devices, model_parallel=model_parallel)
     if num_devices % model_parallel:
         raise ValueError(f"num_devices={num_devices} is not a multiple of model_parallel={model_parallel}")
     dp = num_devices // model_parallel

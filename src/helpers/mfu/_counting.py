@@ -96,7 +96,7 @@ def counted_flops_formula(config: models.GPTConfig, batch_size: int, seq_len: in
     products). Embedding lookups, norms, biases, softmax and the optimizer count 0.
     """
     seq_len = config.seq_len if seq_len is None else seq_len
-    _count(batch_size=batch_size, seq_len=seq_len)
+    batch_size, seq_len = _count(batch_size=batch_size, seq_len=seq_len)
     tokens = batch_size * seq_len
     weights = sum(i * o for i, o in config.linear_shapes())
     attention = 14 * config.n_layers * batch_size * seq_len**2 * config.d_model

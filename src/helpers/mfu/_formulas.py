@@ -23,7 +23,8 @@ def attention_flops_per_token(n_layers: int, n_heads: int, head_dim: int, seq_le
     QKᵀ and the weighted sum of V are 2·seq_len·d FLOPs each per token and layer in the
     forward pass (4·L·d·T); the backward pass costs twice that (8·L·d·T).
     """
-    _count(n_layers=n_layers, n_heads=n_heads, head_dim=head_dim, seq_len=seq_len)
+    n_layers, n_heads, head_dim, seq_len = _count(
+        n_layers=n_layers, n_heads=n_heads, head_dim=head_dim, seq_len=seq_len)
     return 12 * n_layers * n_heads * head_dim * seq_len
 
 
@@ -37,7 +38,7 @@ def transformer_flops_per_token(params: float, n_layers: int, n_heads: int, head
 def model_flops_per_step(config: models.GPTConfig, batch_size: int, seq_len: int | None = None) -> float:
     """Model FLOPs of one training step of the course model: per-token formula × tokens."""
     seq_len = config.seq_len if seq_len is None else seq_len
-    _count(batch_size=batch_size, seq_len=seq_len)
+    batch_size, seq_len = _count(batch_size=batch_size, seq_len=seq_len)
     per_token = transformer_flops_per_token(config.flop_params(), config.n_layers, config.n_heads,
                                             config.head_dim, seq_len)
     return per_token * batch_size * seq_len
@@ -46,15 +47,16 @@ def model_flops_per_step(config: models.GPTConfig, batch_size: int, seq_len: int
 def tokens_per_step(micro_batch_size: int, seq_len: int, grad_accum_steps: int = 1,
                     data_parallel: int = 1) -> int:
     """Tokens per optimizer step: micro batch · accumulation steps · data-parallel ranks · seq_len."""
-    _count(micro_batch_size=micro_batch_size, seq_len=seq_len, grad_accum_steps=grad_accum_steps,
-           data_parallel=data_parallel)
+    micro_batch_size, seq_len, grad_accum_steps, data_parallel = _count(
+        micro_batch_size=micro_batch_size, seq_len=seq_len, grad_accum_steps=grad_accum_steps,
+        data_parallel=data_parallel)
     return micro_batch_size * grad_accum_steps * data_parallel * seq_len
 
 
 def mfu(model_flops: float, step_time_s: float, num_devices: int, peak_flops_per_device: float) -> float:
     """Model FLOPs utilization: model_flops / (step_time_s · num_devices · peak_flops_per_device)."""
     _positive(model_flops=model_flops, step_time_s=step_time_s, peak_flops_per_device=peak_flops_per_device)
-    _count(num_devices=num_devices)
+    num_devices, = _count(num_devices=num_devices)
     return model_flops / (step_time_s * num_devices * peak_flops_per_device)
 
 
@@ -62,14 +64,14 @@ def hfu(executed_flops: float, step_time_s: float, num_devices: int, peak_flops_
     """Hardware FLOPs utilization: the same denominator as MFU over the FLOPs actually executed."""
     _positive(executed_flops=executed_flops, step_time_s=step_time_s,
               peak_flops_per_device=peak_flops_per_device)
-    _count(num_devices=num_devices)
+    num_devices, = _count(num_devices=num_devices)
     return executed_flops / (step_time_s * num_devices * peak_flops_per_device)
 
 
 def throughput(step_time_s: float, batch_size: int, seq_len: int) -> dict[str, float]:
     """steps/s, samples/s and tokens/s of a step of ``batch_size`` sequences of ``seq_len`` tokens."""
     _positive(step_time_s=step_time_s)
-    _count(batch_size=batch_size, seq_len=seq_len)
+    batch_size, seq_len = _count(batch_size=batch_size, seq_len=seq_len)
     return {"steps_per_s": 1 / step_time_s, "samples_per_s": batch_size / step_time_s,
             "tokens_per_s": batch_size * seq_len / step_time_s}
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import hardware, models
+from .._validate import flag as _flag
 from ..bench import Measurement, measure, resolve_device, synchronize
 
 # --------------------------------------------------------------------------- formulas
@@ -41,6 +42,7 @@ def device_peak(device: str | torch.device = "auto", dtype: str = "fp32", quick:
     fastest timed run) — an achieved figure, and an MFU against it says how close the step
     came to this machine's best GEMM.
     """
+    _flag(quick=quick)
     dev = resolve_device(device)
     key = hardware.dtype_key(dtype)
     spec = hardware.detect_gpu() if dev.type == "cuda" else None
@@ -193,6 +195,7 @@ def measure_training(config: str | models.GPTConfig | None = None, batch_size: i
     ``autocast="auto"`` trains in bf16 autocast on a GPU and in fp32 on a CPU; the peak is
     that of the matching dtype (datasheet on a known GPU, measured on a CPU).
     """
+    _flag(quick=quick)
     dev = resolve_device(device)
     cfg = models.course_config(dev, quick) if config is None else models.get_config(config)
     seq_len = cfg.seq_len if seq_len is None else seq_len

@@ -8,6 +8,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._validate import flag as _flag
 from ._commands import Command, export_command, nsys_available, profile_command, stats_command
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -89,6 +90,7 @@ def capture_demo(workdir: str | Path | None = None, steps: int = 20, first: int 
 def example_or_capture(scenario: str = "compute", try_capture: bool = True) -> tuple[Path, Path, str]:
     """(stats CSV, SQLite, what they are): a real capture when asked for and nsys and CUDA are
     here (:func:`capture_demo`), else the shipped EXAMPLE files of ``scenario``."""
+    _flag(try_capture=try_capture)
     import torch
 
     if not nsys_available():

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._validate import flag as _flag
+
 DEFAULT_TRACE = ("cuda", "nvtx", "osrt", "cublas", "cudnn")  # one process
 DEFAULT_REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "nvtx_sum")
 
@@ -102,6 +104,7 @@ def profile_command(script: str, *script_args: str, output: str = "trace_step",
       the range's name is an unregistered string, so ``NSYS_NVTX_PROFILER_REGISTER_ONLY=0``);
       both with ``--capture-range-end=stop``. ``None`` captures the whole run.
     """
+    _flag(per_rank=per_rank)
     if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
         raise ValueError(f"nproc_per_node={nproc_per_node!r}: need a whole number of processes >= 1.")
     if not output or any(ch.isspace() for ch in output):

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import flag as _flag
 from ._commands import DEFAULT_REPORTS
 from ._make_examples import NOTE as EXAMPLE_NOTE
 
@@ -69,6 +70,7 @@ class Table:
         return Table(self.name, {k: v[idx] for k, v in self.columns.items()}, self.meta)
 
     def sorted_by(self, key: str, descending: bool = True) -> Table:
+        _flag(descending=descending)
         order = np.argsort(self[key], kind="stable")
         return self.take(order[::-1] if descending else order)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._validate import count
+from .._validate import count, unknown
 
 #: The formats of the table: name -> (torch dtype or None, exponent bits, mantissa bits, layout, note).
 _SPECS: dict[str, tuple[torch.dtype | None, int, int, str, str]] = {
@@ -70,7 +70,7 @@ class FormatTable(list):
         for fmt in self:
             if fmt.name == name:
                 return fmt
-        raise KeyError(f"no format {name!r}; the table has {', '.join(f.name for f in self)}")
+        raise unknown("format", name, [f.name for f in self])
 
     def __str__(self) -> str:
         head = (f"{'format':<9} {'bits':>4} {'s/e/m':>7} {'max':>11} {'min normal':>11} "
@@ -89,8 +89,8 @@ def layout_limits(exponent_bits: int, mantissa_bits: int, layout: str = "ieee") 
     See the module docstring for the three layouts. Used for formats torch has no dtype for
     (tf32) and, in the tests, checked against ``torch.finfo`` for every format torch has.
     """
-    count(exponent_bits=exponent_bits)
-    count(0, mantissa_bits=mantissa_bits)
+    exponent_bits, = count(exponent_bits=exponent_bits)
+    mantissa_bits, = count(0, mantissa_bits=mantissa_bits)
     bias = 2 ** (exponent_bits - 1) - 1
     eps = 2.0 ** -mantissa_bits
     if layout == "ieee":

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .. import i18n
-from .._validate import count, positive
+from .._validate import count, positive, whole_fields
 from ..i18n import text, tr
 
 POLICIES = ("max", "most_recent")
@@ -39,7 +39,7 @@ def fp8_scale(amax: float, dtype: torch.dtype = torch.float8_e4m3fn, margin: int
     """Per-tensor scale that maps ``amax`` onto the format's largest value, divided by
     ``2^margin`` to leave headroom: ``finfo(dtype).max / amax / 2^margin``."""
     positive(amax=float(amax))
-    count(0, margin=margin)
+    margin, = count(0, margin=margin)
     return fp8_max(dtype) / float(amax) / 2**margin
 
 
@@ -105,8 +105,8 @@ class DelayedScaling:
 
     def __post_init__(self) -> None:
         positive(fmt_max=self.fmt_max)
-        count(history_len=self.history_len)
-        count(0, margin=self.margin)
+        whole_fields(self, "history_len")
+        whole_fields(self, "margin", minimum=0)
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         self.history = deque(self.history, maxlen=self.history_len)
@@ -176,7 +176,7 @@ def drifting_activations(steps: int = 40, size: int = 4096, growth: float = 1.05
     """Synthetic activations whose scale drifts: standard normal × ``start`` × ``growth^t``,
     times ``jump`` from step ``jump_at`` on (a sudden change, e.g. a learning-rate warm-up
     ending). Example data, seeded."""
-    count(steps=steps, size=size)
+    steps, size = count(steps=steps, size=size)
     positive(growth=growth, jump=jump, start=start)
     gen = torch.Generator().manual_seed(seed)
     out = []
@@ -197,7 +197,7 @@ def mx_quantize(x: torch.Tensor, elem_dtype: torch.dtype = torch.float8_e4m3fn, 
     E8M0's 2^-127 … 2^127; an all-zero block gets 2^-127), elements ``V / X`` saturated to the
     element format. ``emax_elem`` is the exponent of the element format's largest normal.
     """
-    count(block=block)
+    block, = count(block=block)
     flat = x.detach().float().flatten()
     pad = (-flat.numel()) % block
     blocks = torch.cat([flat, flat.new_zeros(pad)]).view(-1, block)
@@ -226,7 +226,7 @@ def block_errors(x: torch.Tensor, approx: torch.Tensor, block: int = MX_BLOCK) -
 def with_outliers(size: int = 4096, every: int = 512, outlier: float = 1000.0, seed: int = 0) -> torch.Tensor:
     """Example data: standard normal values with one outlier of magnitude ``outlier`` every
     ``every`` values — the pattern found in large transformers' activations."""
-    count(size=size, every=every)
+    size, every = count(size=size, every=every)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(size, generator=gen)
     x[::every] = outlier * torch.sign(torch.randn(len(range(0, size, every)), generator=gen))

@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import hardware, i18n, mfu, models
 from .._validate import count, positive
+from .._validate import flag as _flag
 from ..bench import SpeedComparison, compare_speed, resolve_device
 from ..i18n import text, tr
 
@@ -144,7 +145,7 @@ def pattern_batch(config: str | models.GPTConfig, batch_size: int, seq_len: int 
     stride (mod the vocabulary), so the loss falls within a few dozen steps. Example data."""
     cfg = models.get_config(config)
     seq_len = cfg.seq_len if seq_len is None else seq_len
-    count(batch_size=batch_size, seq_len=seq_len)
+    batch_size, seq_len = count(batch_size=batch_size, seq_len=seq_len)
     gen = torch.Generator().manual_seed(seed)
     start = torch.randint(cfg.vocab_size, (batch_size, 1), generator=gen)
     stride = torch.randint(1, 8, (batch_size, 1), generator=gen)
@@ -160,7 +161,7 @@ def train_losses(config: str | models.GPTConfig = "tiny", steps: int = 30, autoc
     every step's loss. ``autocast``: ``None``/``"fp32"``, ``"bf16"`` or ``"fp16"`` (with a
     ``GradScaler``). Same seed, same data, same initial weights for every setting; the losses
     are read back once, at the end."""
-    count(steps=steps)
+    steps, = count(steps=steps)
     dev = resolve_device(device)
     cfg = models.get_config(config)
     model = models.build_model(cfg, dev, seed=seed)
@@ -181,7 +182,7 @@ def train_losses(config: str | models.GPTConfig = "tiny", steps: int = 30, autoc
 
 def loss_gap(reference: Sequence[float], other: Sequence[float], last: int = 10) -> float:
     """Relative gap of the mean loss over the ``last`` steps: |mean(other) - mean(ref)| / mean(ref)."""
-    count(last=last)
+    last, = count(last=last)
     if len(reference) != len(other) or len(reference) < last:
         raise ValueError(f"need two curves of the same length, at least {last} steps")
     a, b = sum(reference[-last:]) / last, sum(other[-last:]) / last
@@ -270,6 +271,7 @@ def measure_speedups(device: str | torch.device = "auto", quick: bool = True, it
     The step's speed-up comes from fp32 and bf16 steps timed in interleaved pairs
     (``bench.compare_speed``, at most ``max_seconds``: 3 s quick, 15 s otherwise), with its
     interval and verdict."""
+    _flag(quick=quick)
     dev = resolve_device(device)
     measured = hardware.measure_device(dev, dtypes=["fp32", "bf16"], quick=quick)
     spec = hardware.detect_gpu() if dev.type == "cuda" else None

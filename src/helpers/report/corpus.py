@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from .._validate import count
+from .._validate import flag as _flag
 
 CORPUS_FILE = "capstone_corpus.txt.gz"
 CORPUS_README = "capstone_corpus_README.md"
@@ -78,7 +79,7 @@ class TokenWindows(Dataset):
 
     def __init__(self, tokens: torch.Tensor, seq_len: int, stride: int | None = None) -> None:
         stride = seq_len if stride is None else stride
-        count(seq_len=seq_len, stride=stride)
+        seq_len, stride = count(seq_len=seq_len, stride=stride)
         if tokens.dim() != 1 or tokens.numel() < seq_len + 1:
             raise ValueError(f"need a 1-D token tensor of at least seq_len + 1 = {seq_len + 1} tokens, "
                              f"got shape {tuple(tokens.shape)}")
@@ -130,8 +131,9 @@ def make_loader(dataset: Dataset, batch_size: int, num_samples: int, *, workers:
     ``prefetch_factor`` batches each); ``pin_memory`` puts batches in page-locked host memory
     so the copy to a GPU can run asynchronously (it only helps with a GPU).
     """
-    count(batch_size=batch_size, num_samples=num_samples)
-    count(0, workers=workers)
+    _flag(pin_memory=pin_memory)
+    batch_size, num_samples = count(batch_size=batch_size, num_samples=num_samples)
+    workers, = count(0, workers=workers)
     sampler = RandomSampler(dataset, replacement=True, num_samples=num_samples,
                             generator=torch.Generator().manual_seed(seed))
     extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers else {}

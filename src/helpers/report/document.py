@@ -21,6 +21,8 @@ from typing import Any
 import torch
 
 from .. import i18n
+from .._validate import flag as _flag
+from .._validate import unknown
 from ..i18n import text, tr
 from . import rules
 from .provenance import header_line, provenance
@@ -165,6 +167,7 @@ class Report:
 
     def write(self, folder: str | Path, plot: bool = True) -> dict[str, Path]:
         """Write ``report.md``, ``report.json`` and (``plot=True``) ``report.png`` into ``folder``."""
+        _flag(plot=plot)
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         paths = {"markdown": folder / "report.md", "json": folder / "report.json"}
@@ -284,7 +287,7 @@ def recorded_report(name: str = "cpu-quick") -> Report:
     """A report recorded by this project and shipped with the package (see
     ``helpers/data/capstone_recorded_README.md`` for where and when)."""
     if name not in RECORDED:
-        raise KeyError(f"no recorded report {name!r}; choose one of {', '.join(RECORDED)}")
+        raise unknown("recorded report", name, RECORDED)
     path = resources.files("helpers") / "data" / RECORDED[name]
     return read_report(Path(str(path)))
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._validate import flag as _flag
+
 STALL_THRESHOLD = 0.2  # data time above 20% of compute time is a bottleneck
 LOSS_TOLERANCE = 0.02  # a change may move the loss after N steps by at most 2% of the baseline's
 
@@ -119,6 +121,7 @@ def decide(loss_change: float, memory_before_mb: float | None, memory_after_mb: 
        not fit before -> keep (even if slower);
     3. otherwise keep only a change that is faster beyond noise (``faster``).
     """
+    _flag(faster=faster)
     if abs(loss_change) > loss_tolerance:
         return "revert"
     if memory_budget_mb is not None and memory_after_mb is not None:

@@ -27,6 +27,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from .. import mfu, models, nvtx, timeline
+from .._validate import flag as _flag
+from .._validate import unknown
 from ..bench import SpeedComparison, compare_windows, resolve_device, synchronize
 from . import corpus, phases, rules, tuning
 from .tuning import RunConfig
@@ -59,6 +61,7 @@ _PEAKS: dict[tuple[str, str, bool, int], mfu.Peak] = {}
 def peak_for(dev: torch.device, precision: str, quick: bool = True) -> mfu.Peak:
     """The MFU denominator for ``precision`` on ``dev`` (datasheet on a known GPU, measured
     GEMM FLOP/s otherwise, with the current number of CPU threads), measured once per process."""
+    _flag(quick=quick)
     key = (str(dev), precision, quick, torch.get_num_threads())
     if key not in _PEAKS:
         _PEAKS[key] = mfu.device_peak(dev, precision, quick=quick)
@@ -98,6 +101,7 @@ class Trainer:
         return x.to(self.device, non_blocking=not blocking), y.to(self.device, non_blocking=not blocking)
 
     def step(self, x: torch.Tensor, y: torch.Tensor, ranges: bool = False) -> torch.Tensor:
+        _flag(ranges=ranges)
         mark = nvtx.annotate if ranges else _no_range
         with mark("forward"), tuning.autocast_context(self.config.precision, self.device):
             loss = self.train_model(x, y)
@@ -206,6 +210,7 @@ def _threads(n: int | None) -> Iterator[None]:
 def run_config(config: RunConfig, quick: bool = True, trace_dir: str | Path | None = None) -> dict[str, Any]:
     """Measure ``config``; return its report row (plain data: measured numbers, then the
     derived ones of :func:`derive`)."""
+    _flag(quick=quick)
     with _threads(config.threads):
         return _run(config, quick, trace_dir)
 
@@ -260,6 +265,7 @@ def compare_configs(old: RunConfig, new: RunConfig, quick: bool = True, *, min_p
     One caveat of interleaving: while one side runs, the other side's loader workers fill
     their queue, so each window starts with up to ``workers × prefetch_factor`` batches ready.
     The report flags a timed run too short for that queue (:func:`rules.flags`)."""
+    _flag(quick=quick)
     # quick: windows of 3 steps, so that 10 pairs of a slow change (bf16 on a CPU) stay in budget
     steps = min(3, new.steps_per_window) if quick else new.steps_per_window
     budget = max_seconds if max_seconds is not None else (3.0 if quick else 30.0)
@@ -362,7 +368,7 @@ class Tuner:
         if not self.rows:
             raise RuntimeError("run the baseline first: tuner.run_baseline()")
         if name not in self.changes:
-            raise KeyError(f"no change {name!r}; choose one of {', '.join(self.changes)}")
+            raise unknown("change", name, self.changes)
         config = tuning.apply_change(self.current, self.changes[name])
         row = self._run(config, quick=self.quick, trace_dir=self.trace_dir)
         row["speed"] = speed_summary(self._compare(self.current, config, self.quick))

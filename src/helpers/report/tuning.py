@@ -26,7 +26,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .. import models
-from .._validate import count, positive
+from .._validate import flag as _flag
+from .._validate import positive, whole_fields
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -60,13 +61,11 @@ class RunConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        count(batch_size=self.batch_size, seq_len=self.seq_len, warmup=self.warmup,
-              windows=self.windows, steps_per_window=self.steps_per_window,
-              trace_steps=self.trace_steps)
-        count(0, workers=self.workers)
-        count(prefetch_factor=self.prefetch_factor)
+        whole_fields(self, "batch_size", "seq_len", "warmup", "windows", "steps_per_window",
+                     "trace_steps", "prefetch_factor")
+        whole_fields(self, "workers", minimum=0)
         if self.threads is not None:
-            count(threads=self.threads)
+            whole_fields(self, "threads")
         positive(lr=self.lr)
         if self.seq_len > self.model.seq_len:
             raise ValueError(f"seq_len {self.seq_len} exceeds the model's context {self.model.seq_len}")
@@ -117,6 +116,7 @@ def baseline_config(device: str | torch.device = "cpu", quick: bool = True) -> R
     are too small to gain from splitting each operation, and two threads that wait for each
     other slow down badly on a small machine that other programs share.
     """
+    _flag(quick=quick)
     dev = torch.device(device) if not isinstance(device, torch.device) else device
     if dev.type == "cuda":
         seq = 512 if quick else 1024
@@ -216,6 +216,7 @@ def compile_model(model: nn.Module) -> nn.Module:
 def make_optimizer(model: nn.Module, lr: float, fused: bool) -> torch.optim.Optimizer:
     """AdamW: torch's default implementation, or ``fused=True`` (one fused kernel for all
     parameters; CPU and CUDA)."""
+    _flag(fused=fused)
     return torch.optim.AdamW(model.parameters(), lr=lr, fused=True if fused else None)
 
 

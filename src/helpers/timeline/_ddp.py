@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .._validate import count
+from .._validate import flag as _flag
 
 
 def _free_port() -> int:
@@ -42,7 +43,10 @@ def record_ddp(out_dir: str | Path | None = None, world_size: int = 2, steps: in
     ``out_dir`` (a new temp folder if None). ``device="cuda"`` uses NCCL, one GPU per rank.
     ``fork`` forces (True) or avoids (False) forking the ranks; None picks.
     """
-    count(world_size=world_size, steps=steps, layers=layers, width=width, batch=batch)
+    if fork is not None:
+        _flag(fork=fork)
+    world_size, steps, layers, width, batch = count(world_size=world_size, steps=steps, layers=layers,
+                                                    width=width, batch=batch)
     if slow_rank is not None and not 0 <= slow_rank < world_size:
         raise ValueError(f"slow_rank must be a rank in 0..{world_size - 1}, got {slow_rank}")
     if device not in ("cpu", "cuda"):

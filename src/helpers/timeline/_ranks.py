@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._validate import flag as _flag
 from ._trace import Trace, read_trace
 
 POOL_MIN_BYTES = 16 * 2**20  # ~16 MB of (compressed) trace files: below, one process is faster
@@ -65,6 +66,7 @@ def run_per_file(fn: Callable, files: Sequence[Path], jobs: int | None, *extra: 
 def load_many(files: Sequence[Path], jobs: int | None, parser: str | None, keep_args: bool
               ) -> list[Trace]:
     """Read every file (in a pool); any file that fails raises one line naming each of them."""
+    _flag(keep_args=keep_args)
     traces, failed = run_per_file(read_trace, files, jobs, parser, keep_args)
     if failed:
         raise ValueError(f"{len(failed)} of {len(files)} trace files could not be read: "

@@ -20,8 +20,8 @@ def _nonneg(**values: float) -> None:
             raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
 
 
-def _count(name: str, value: int, minimum: int = 1) -> None:
-    count(minimum, **{name: value})
+def _count(name: str, value: int, minimum: int = 1) -> int:
+    return count(minimum, **{name: value})[0]
 
 
 def alpha_beta_time(nbytes: float, alpha_s: float, bandwidth: float) -> float:
@@ -35,7 +35,7 @@ def alpha_beta_time(nbytes: float, alpha_s: float, bandwidth: float) -> float:
 def ring_allreduce_time(nbytes: float, n_ranks: int, alpha_s: float, bandwidth: float) -> float:
     """Ring all-reduce of ``nbytes`` over ``n_ranks``: 2(n−1) steps (reduce-scatter, then
     all-gather), each sending one chunk of bytes/n: 2(n−1)·(α + (bytes/n)/bandwidth)."""
-    _count("n_ranks", n_ranks)
+    n_ranks = _count("n_ranks", n_ranks)
     if n_ranks == 1:
         return 0.0
     return 2 * (n_ranks - 1) * alpha_beta_time(nbytes / n_ranks, alpha_s, bandwidth)
@@ -44,7 +44,7 @@ def ring_allreduce_time(nbytes: float, n_ranks: int, alpha_s: float, bandwidth: 
 def latency_share(nbytes: float, n_ranks: int, alpha_s: float, bandwidth: float) -> float:
     """The share of a ring all-reduce's time spent on latency: 2(n−1)·α / ring time
     = α / (α + (bytes/n)/bandwidth). Near 1, the message is too small to use the link."""
-    _count("n_ranks", n_ranks, 2)
+    n_ranks = _count("n_ranks", n_ranks, 2)
     total = ring_allreduce_time(nbytes, n_ranks, alpha_s, bandwidth)
     return 2 * (n_ranks - 1) * alpha_s / total if total > 0 else 0.0
 
@@ -53,7 +53,7 @@ def min_bucket_bytes(n_ranks: int, alpha_s: float, bandwidth: float, max_latency
     """The smallest bucket (bytes) whose ring all-reduce spends at most ``max_latency_share``
     of its time on latency: α/(α + B/(n·bw)) <= f  <=>  B >= n·bw·α·(1 − f)/f. At f = 0.5 it
     is the size below which latency dominates, n·α·bw."""
-    _count("n_ranks", n_ranks, 2)
+    n_ranks = _count("n_ranks", n_ranks, 2)
     _nonneg(alpha_s=alpha_s)
     if not bandwidth > 0:
         raise ValueError(f"bandwidth must be positive (bytes/s), got {bandwidth!r}")
@@ -127,9 +127,9 @@ def bubble_fraction(stages: int, microbatches: int, chunks: int = 1) -> float:
     With the interleaved 1F1B schedule each device holds ``chunks`` (v) model pieces, and the
     fill and drain take 1/v as long: (p−1)/(v·m + p−1) (Narayanan et al., "Efficient Large-Scale
     Language Model Training on GPU Clusters Using Megatron-LM", 2021, section 2.2)."""
-    _count("stages", stages)
-    _count("microbatches", microbatches)
-    _count("chunks", chunks)
+    stages = _count("stages", stages)
+    microbatches = _count("microbatches", microbatches)
+    chunks = _count("chunks", chunks)
     return (stages - 1) / (chunks * microbatches + stages - 1)
 
 
@@ -151,7 +151,7 @@ def optimal_splits(layer_times: list[float], stages: int) -> list[list[int]]:
     fast as possible. A pipeline runs at the pace of its slowest stage."""
     from itertools import combinations
 
-    _count("stages", stages)
+    stages = _count("stages", stages)
     n = len(layer_times)
     if not 1 <= stages <= n:
         raise ValueError(f"cannot split {n} layers into {stages} stages of at least one layer")
@@ -180,7 +180,7 @@ def balance_stages(layer_times: list[float], stages: int) -> list[int]:
 
 def min_microbatches(stages: int, max_bubble: float) -> int:
     """Smallest number of microbatches that keeps the bubble fraction <= ``max_bubble``."""
-    _count("stages", stages)
+    stages = _count("stages", stages)
     if not 0 < max_bubble < 1:
         raise ValueError(f"max_bubble must be a fraction between 0 and 1, got {max_bubble!r}")
     m = max(1, math.ceil((stages - 1) * (1 - max_bubble) / max_bubble))
@@ -227,8 +227,8 @@ def simulate_pipeline(stages: int, microbatches: int, schedule: str = "1f1b", t_
     its stage is free and its input — the previous stage's forward or the next stage's
     backward of the same microbatch — is done). ``stage_scale`` makes stages unequal: stage
     s's forward and backward take ``stage_scale[s]`` times ``t_forward`` and ``t_backward``."""
-    _count("stages", stages)
-    _count("microbatches", microbatches)
+    stages = _count("stages", stages)
+    microbatches = _count("microbatches", microbatches)
     if schedule not in ("1f1b", "gpipe"):
         raise ValueError(f"schedule must be '1f1b' or 'gpipe', got {schedule!r}")
     _nonneg(t_forward=t_forward, t_backward=t_backward)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._validate import flag as _flag
+from .._validate import path as _path
 from ._intervals import (
     _merge,
     as_list,
@@ -47,11 +49,12 @@ def load_trace(path: str | Path | Sequence[str | Path], jobs: int | None = None,
     installed) or "json"; ``keep_args=True`` keeps every event argument in ``Event.args``
     (slower; by default only ``stream`` and ``correlation``).
     """
+    _flag(keep_args=keep_args)
     if isinstance(path, (list, tuple)):
         if not path:
             raise ValueError("load_trace got an empty list; pass a file, a folder or a list of files")
-        files = [Path(p) for p in path]
-    elif Path(path).is_dir():
+        files = [_path(f"path[{i}]", p) for i, p in enumerate(path)]
+    elif _path("path", path).is_dir():
         files = trace_files(Path(path))
     else:
         return read_trace(path, parser, keep_args)

@@ -17,6 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import flag as _flag
+from .._validate import path as _path
+
 STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 # Steps annotated by hand (NVTX-style "train_step_0012", record_function("step 3"), ...)
 ANNOTATED_STEP_RE = re.compile(r"^(train_)?step([ _#:]*\d+)?$", re.IGNORECASE)
@@ -250,9 +253,10 @@ def read_trace(path: str | Path, parser: str | None = None, keep_args: bool = Fa
 
     ``parser``: "msgspec" or "json" (the standard library); by default msgspec when it is
     installed. ``trace.parser`` says which one ran."""
+    _flag(keep_args=keep_args)
     from ._trace_read import parse_file
 
-    path = Path(path)
+    path = _path("path", path)
     columns, threads, meta, used = parse_file(path, parser, keep_args)
     info = meta.get("distributedInfo")
     info = info if isinstance(info, dict) else {}

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import flag as _flag
 from ._trace import NONE, Columns
 
 try:  # optional fast paths (``pip install trainperf-course[fast]``)
@@ -73,6 +74,9 @@ def read_bytes(path: Path) -> bytes:
         raw = path.read_bytes()
     except OSError as err:
         raise _unreadable(path, str(err)) from None
+    if not raw.strip():
+        raise TraceError(f"{path} is empty (0 bytes of trace); the profiler run that wrote it did not "
+                         f"finish, or the copy failed: {_HINT}")
     if raw[:2] != b"\x1f\x8b":
         return raw
     parts = []
@@ -92,6 +96,7 @@ def read_bytes(path: Path) -> bytes:
 def parse_file(path: Path, parser: str | None = None, keep_args: bool = False
                ) -> tuple[Columns, dict, dict, str]:
     """(columns, thread names, top-level fields but the events, parser label) of one file."""
+    _flag(keep_args=keep_args)
     parser = parser or default_parser()
     if parser not in PARSERS:
         raise ValueError(f"parser must be one of {PARSERS}, got {parser!r}")
