@@ -218,7 +218,8 @@ def _bad_files(tmp_path):
     (tmp_path / "trunc.json.gz").write_bytes(gzip.compress(good.encode())[:-9])
     (tmp_path / "half.json").write_text(good[:40])
     return {
-        "empty.json": "not a readable JSON",
+        "empty.json": "is empty",
+        gz("empty.json.gz", "").name: "is empty",
         "trunc.json.gz": "not a readable JSON",
         "half.json": "not a readable JSON",
         gz("other.json.gz", '{"hello": 1}').name: "no 'traceEvents'",

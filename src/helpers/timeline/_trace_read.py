@@ -74,11 +74,8 @@ def read_bytes(path: Path) -> bytes:
         raw = path.read_bytes()
     except OSError as err:
         raise _unreadable(path, str(err)) from None
-    if not raw.strip():
-        raise TraceError(f"{path} is empty (0 bytes of trace); the profiler run that wrote it did not "
-                         f"finish, or the copy failed: {_HINT}")
     if raw[:2] != b"\x1f\x8b":
-        return raw
+        return _not_empty(path, raw)
     parts = []
     try:
         while raw:  # a .gz may hold several members one after another
@@ -90,7 +87,14 @@ def read_bytes(path: Path) -> bytes:
             del d
     except (zlib.error, _zlib.error) as err:
         raise _unreadable(path, f"gzip: {err}") from None
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    return _not_empty(path, parts[0] if len(parts) == 1 else b"".join(parts))
+
+
+def _not_empty(path: Path, text: bytes) -> bytes:
+    if not text.strip():
+        raise TraceError(f"{path} is empty (no trace in it); the profiler run that wrote it did not "
+                         f"finish, or the copy failed: {_HINT}")
+    return text
 
 
 def parse_file(path: Path, parser: str | None = None, keep_args: bool = False
