@@ -23,6 +23,13 @@ def test_every_answer_cell_has_plausible_mistakes(chapter):
         for description, source in blocks:
             assert source.strip() and description
             compile(source, f"{chapter}:{grade_id}", "exec")  # a mistake must at least parse
+    fair_path = ROOT / "grader" / "fixtures" / chapter / "fair.py"
+    fair = load_mistakes(fair_path) if fair_path.is_file() else {}
+    assert set(fair) <= set(answers)
+    for grade_id, blocks in fair.items():
+        for description, source in blocks:
+            assert source.strip() and description
+            compile(source, f"{chapter}:fair:{grade_id}", "exec")
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

@@ -42,7 +42,8 @@ def solution_answers(solution_path: Path) -> dict[str, str]:
 
 
 def load_mistakes(path: Path) -> dict[str, list[tuple[str, str]]]:
-    """``grade_id -> [(what is wrong, cell source), ...]`` from a mistakes file."""
+    """``grade_id -> [(what is wrong, cell source), ...]`` from a mistakes file (or, in the same
+    format, a ``fair.py`` of correct answers written another way)."""
     if not path.is_file():
         raise CourseError(f"No mistakes file {path}: every chapter needs plausible wrong answers.")
     text = path.read_text()
@@ -100,6 +101,17 @@ def build_submissions(root: Path, chapter: str, released: Path, dest: Path
         what = "; ".join(f"{a}: {desc}" for a, (desc, _) in chosen.items())
         plans.append((f"ch{tag}-mistakes-{n + 1}", "zero", what,
                       {a: src for a, (_, src) in chosen.items()}))
+    # correct answers written another way (a tuple for a list, another formula order): full marks
+    fair_path = root / "grader" / "fixtures" / chapter / "fair.py"
+    fair = load_mistakes(fair_path) if fair_path.is_file() else {}
+    unknown = [f for f in fair if f not in answers]
+    if unknown:
+        raise CourseError(f"{chapter}: fair.py names unknown answer cell(s) {', '.join(unknown)}")
+    for n in range(max((len(v) for v in fair.values()), default=0)):
+        chosen = {a: fair[a][n] for a in fair if n < len(fair[a])}
+        what = "; ".join(f"{a}: {desc}" for a, (desc, _) in chosen.items())
+        plans.append((f"ch{tag}-fair-{n + 1}", "full", what,
+                      {**answers, **{a: src for a, (_, src) in chosen.items()}}))
     expectations = []
     for student, want, what, replaced in plans:
         folder = dest / student / chapter
