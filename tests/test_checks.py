@@ -87,3 +87,14 @@ def test_at_most_says_the_count_and_the_limit(capsys):
     assert "expected at most 5, got 23" in str(info.value) and "True" not in str(info.value)
     with pytest.raises(checks.CheckFailed):
         checks.at_most(None, 5, "count")
+
+
+def test_each_case_runs_on_its_own():
+    def half(x):
+        return 10 / x
+
+    answers = checks.each(half, [(2,), (0,), (5,)])
+    assert answers[0] == 5 and answers[2] == 2
+    assert answers[1].startswith("raised ZeroDivisionError: ")
+    with pytest.raises(checks.CheckFailed):  # the crashed case fails its own comparison
+        checks.equal(answers[1], 0, "10 / 0")

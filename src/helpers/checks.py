@@ -181,6 +181,19 @@ def at_most(count: Any, limit: int, what: str, *, hint: str = "", quiet: bool = 
         label=tr("{what}: {count} (at most {limit})", what=text(what), count=count, limit=limit))
 
 
+def each(function: Callable[..., Any], cases: Iterable[tuple]) -> list[Any]:
+    """``function(*case)`` for every case, each on its own: a case that raises gives the text
+    ``"raised TypeError: …"`` as its answer (it then fails its own check only), so one input
+    the answer does not handle costs that case, not every case of the cell."""
+    answers = []
+    for case in cases:
+        try:
+            answers.append(function(*case))
+        except Exception as exc:  # noqa: BLE001 — the learner's code; its failure is the answer
+            answers.append(f"raised {type(exc).__name__}: {str(exc)[:200]}")
+    return answers
+
+
 class _Hidden:
     """Hidden checks; see the module docstring. ``checks.hidden`` is the one instance."""
 
