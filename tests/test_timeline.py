@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from conftest import ROOT, SHARED_TRACES
+from conftest import ROOT, shared_trace
 
 from helpers import timeline as tl
 
@@ -261,9 +261,7 @@ def test_unequal_stages_and_interleaving():
 
 @pytest.mark.parametrize("name", sorted(HTA))
 def test_temporal_breakdown_and_overlap_match_hta(name):
-    path = SHARED_TRACES / name
-    if not path.exists():
-        pytest.skip(f"{path} is not there (the shared traces sit beside the checkout)")
+    path = shared_trace(name)
     idle, compute, non_compute, kernel_us, overlap_pct = HTA[name]
     t = tl.load_trace(path)
     assert t.is_gpu
@@ -279,9 +277,7 @@ def test_temporal_breakdown_and_overlap_match_hta(name):
 
 @pytest.mark.parametrize("name", sorted(HTA))
 def test_gpu_step_breakdown_adds_up(name):
-    path = SHARED_TRACES / name
-    if not path.exists():
-        pytest.skip(f"{path} is not there")
+    path = shared_trace(name)
     t = tl.load_trace(path)
     steps = tl.step_breakdown(t)
     assert [s.step for s in steps] == [s.name for s in t.steps()]
@@ -293,6 +289,26 @@ def test_gpu_step_breakdown_adds_up(name):
         assert b.idle_us == pytest.approx(b.data_wait_us + b.host_overhead_us)
         assert tl.classify(b).label in ("compute-bound", "communication-bound", "host-bound",
                                         "data-bound", "pipeline-bubble")
+
+
+def test_a_constructed_gpu_trace_gives_the_hand_computed_breakdown(tmp_path):
+    """The GPU path without the shared traces: figures worked out by hand on five events."""
+    def gpu(name, ts, dur, stream, corr, cat="kernel"):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": stream,
+                "args": {"stream": stream, "correlation": corr}}
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 10, "pid": 1, "tid": 1,
+           "args": {"correlation": 1}},
+          gpu("sgemm_kernel", 10, 40, 7, 1), gpu("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 30, 40, 13, 2),
+          gpu("Memcpy HtoD (Pageable -> Device)", 80, 10, 7, 3, cat="gpu_memcpy"),
+          gpu("elementwise_kernel", 100, 20, 7, 4)]
+    t = tl.load_trace(_write(tmp_path / "gpu.json.gz", ev))
+    tb = tl.temporal_breakdown(t)
+    # GPU span 10..120 = 110 µs; busy [10, 70] + [80, 90] + [100, 120] = 90 µs
+    assert t.is_gpu and tb.basis == "gpu kernels" and tb.kernel_time_us == 110
+    assert tb.idle_pct == round(100 * 20 / 110, 2)  # percentages are kept to 2 decimals, as HTA
+    assert tb.compute_pct == round(100 * 60 / 110, 2)  # the two compute kernels
+    assert tb.non_compute_pct == round(100 * 30 / 110, 2)  # NCCL outside compute + the copy
+    assert tl.comm_comp_overlap(t) == pytest.approx(50.0)  # 20 of the all-reduce's 40 µs
 
 
 # ---------------------------------------------------------------- the traces this project ships
@@ -392,9 +408,7 @@ def test_annotated_steps_are_used_when_there_is_no_profiler_step(tmp_path):
 def test_gantt_rows_include_cuda_streams():
     import matplotlib
     matplotlib.use("Agg")
-    path = SHARED_TRACES / "gpu_a100_2rank_rank0.json.gz"
-    if not path.exists():
-        pytest.skip(f"{path} is not there")
+    path = shared_trace("gpu_a100_2rank_rank0.json.gz")
     ax = tl.plot_timeline(tl.load_trace(path))
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert any("stream" in lb for lb in labels)

@@ -13,7 +13,7 @@ import re
 import shutil
 
 import pytest
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, shared_trace
 
 from helpers import timeline as tl
 from helpers.timeline import _bench as _timeline_bench
@@ -27,10 +27,7 @@ PARSERS = ["json"] + (["msgspec"] if _trace_read.msgspec is not None else [])
 
 
 def _shared(name):
-    path = SHARED_TRACES / name
-    if not path.exists():
-        pytest.skip(f"{path} is not there (the shared traces sit beside the checkout)")
-    return path
+    return shared_trace(name)
 
 
 def _everything(t):
