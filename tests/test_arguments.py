@@ -42,7 +42,7 @@ def _public_functions(tree: ast.Module):
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
             yield node
-        elif isinstance(node, ast.ClassDef):
+        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
             yield from (n for n in node.body if isinstance(n, ast.FunctionDef))
 
 

@@ -96,6 +96,18 @@ def nbgrader(args: list[str], course_root: Path, timeout: float | None = None,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
+def write_atomically(path: Path, data: str | bytes) -> None:
+    """Write ``path`` whole or not at all: another run may read or write the same file (a cache
+    entry, a grades part) at the same moment, and must never see half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def _generate_key(course_root: Path, chapter: str) -> str:
     """What nbgrader's output depends on: the chapter's sources, the config, nbgrader itself."""
     import nbgrader
@@ -134,26 +146,27 @@ def _generated(course_root: Path, chapter: str) -> Path:
     return cached
 
 
-def generate(course_root: Path, chapter: str) -> Path:
+def generate(course_root: Path, chapter: str, gradebook: bool = False) -> Path:
     """``nbgrader generate_assignment`` for one chapter (cached, :func:`_generated`); returns
-    the released folder under ``course_root``."""
+    the released folder under ``course_root``. With ``gradebook``, the course (of that chapter
+    alone) also gets the gradebook nbgrader filled."""
+    book = course_root / "gradebook.db"
+    if gradebook and book.exists():
+        raise CourseError(f"{course_root} already has a gradebook; generate into a fresh course folder")
     released = course_root / "notebooks" / chapter
     cached = _generated(course_root, chapter)
     if released.exists():
         shutil.rmtree(released)
     shutil.copytree(cached / "released", released)
+    if gradebook:
+        shutil.copy2(cached / "gradebook.db", book)
     return released
 
 
 def generate_with_gradebook(course_root: Path, chapter: str) -> Path:
-    """:func:`generate` into a course of that chapter alone, with the gradebook nbgrader fills
-    (``nbgrader autograde`` reads it; so do the points of each graded cell)."""
-    book = course_root / "gradebook.db"
-    if book.exists():
-        raise CourseError(f"{course_root} already has a gradebook; generate into a fresh course folder")
-    released = generate(course_root, chapter)
-    shutil.copy2(_generated(course_root, chapter) / "gradebook.db", book)
-    return released
+    """:func:`generate` with the gradebook (``nbgrader autograde`` reads it; so do the points
+    of each graded cell)."""
+    return generate(course_root, chapter, gradebook=True)
 
 
 def generate_uncached(course_root: Path, chapter: str) -> Path:

@@ -14,7 +14,6 @@ source in the grading process (never from the learner's kernel):
 from __future__ import annotations
 
 import ast
-import os
 import types
 from functools import lru_cache
 from pathlib import Path
@@ -76,7 +75,7 @@ def helper_fingerprints(package_dir: str) -> dict[tuple, str]:
     import marshal
     import sys
 
-    from ..course import cache_dir, tree_hash
+    from ..course import cache_dir, tree_hash, write_atomically
 
     here = Path(__file__)
     key = hashlib.sha256("|".join((
@@ -91,10 +90,7 @@ def helper_fingerprints(package_dir: str) -> dict[tuple, str]:
         pass
     table = _fingerprint_table(package_dir)
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        scratch = cached.with_suffix(f".{os.getpid()}.tmp")
-        scratch.write_bytes(marshal.dumps(list(table.items())))
-        os.replace(scratch, cached)
+        write_atomically(cached, marshal.dumps(list(table.items())))
     except OSError:
         pass  # a read-only cache: compute it again next time
     return table

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..course import CourseError, cache_dir, chapter_notebook, chapters, tree_hash
+from ..course import CourseError, cache_dir, chapter_notebook, chapters, tree_hash, write_atomically
 from .copies import Checker
 from .copies import flags as copy_flags
 from .exam import CellVerdict, build_exam, events, helper_imports, score, solution_answers
@@ -239,12 +239,9 @@ def _stubs(template: ChapterTemplate, package_dir: Path) -> Stubs:
         pass
     stubs = resolve_stubs(template.solution, helper_imports(template.solution), package_dir)
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(stubs.by_file))
-        os.replace(tmp, cached)
+        write_atomically(cached, json.dumps(stubs.by_file))
     except OSError:
-        pass
+        pass  # a read-only cache: find them again next time
     return stubs
 
 

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import __version__
-from ..course import CourseError
+from ..course import CourseError, write_atomically
 from .results import Outcome, StudentRow, write_csv, write_feedback
 from .shards import ClassSummary, Shard
 from .submissions import display_name
@@ -52,12 +51,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_details(csv_path: Path, rows: list[StudentRow], chapter_ids: list[str], version: dict,
                   shard: Shard, summary: ClassSummary) -> Path:
     """Write ``CSV.details.jsonl`` for the CSV just written at ``csv_path``."""
@@ -70,7 +63,7 @@ def write_details(csv_path: Path, rows: list[StudentRow], chapter_ids: list[str]
                       "outcomes": [asdict(row.outcomes[ch]) for ch in chapter_ids]})
     lines.append({"end": len(rows)})
     path = details_path(csv_path)
-    _write_atomically(path, "".join(json.dumps(line, ensure_ascii=True) + "\n" for line in lines))
+    write_atomically(path, "".join(json.dumps(line, ensure_ascii=True) + "\n" for line in lines))
     return path
 
 

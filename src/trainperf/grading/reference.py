@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..course import CourseError, cache_dir, chapter_notebook, generate_with_gradebook, make_scratch_course
+from ..course import (
+    CourseError,
+    cache_dir,
+    chapter_notebook,
+    generate_with_gradebook,
+    make_scratch_course,
+    write_atomically,
+)
 from .exam import VISIBLE, build_exam, check_records, visible_events
 
 
@@ -31,16 +37,6 @@ class ChapterTemplate:
     released: dict
     max_score: float
     source_hash: str  # solution + helpers + versions: the course version a grade refers to
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Another grading run may be writing the same cache entry: never leave half a file."""
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
-        fh.write(text)
-    os.replace(fh.name, path)
 
 
 @lru_cache(maxsize=1)
@@ -86,7 +82,7 @@ def make_templates(root: Path, chapter_ids: list[str], scratch: Path, helpers_ha
             with Gradebook(f"sqlite:///{template / 'gradebook.db'}") as gb:
                 max_score = float(gb.find_assignment(chapter).max_score)
             out[chapter] = ChapterTemplate(chapter, solution, released, max_score, source_hash)
-            _write_atomically(cached, json.dumps({"released": released, "max_score": max_score}))
+            write_atomically(cached, json.dumps({"released": released, "max_score": max_score}))
     return {chapter: out[chapter] for chapter in chapter_ids}
 
 
@@ -130,5 +126,5 @@ def reference_records(template: ChapterTemplate, run_exam, fresh: bool = False
             pass
     exam = build_exam(template.solution, template.released)
     reference = _validate(template, exam, run_exam(exam.notebook))
-    _write_atomically(cached, json.dumps(reference, allow_nan=True))
+    write_atomically(cached, json.dumps(reference, allow_nan=True))
     return reference
