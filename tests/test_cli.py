@@ -90,3 +90,23 @@ def test_run_says_started_when_a_chapter_really_starts(tmp_path):
     lines = [ln.strip() for ln in done.stdout.splitlines() if ln.strip().startswith(("started", "["))]
     assert [ln.split()[0] + " " + ln.split()[1].rstrip(":") for ln in lines] == [
         "started 01_good", "[1/2] 01_good", "started 02_bad", "[2/2] 02_bad"], done.stdout
+
+
+def test_run_does_not_interrupt_the_kernel_it_shuts_down(tmp_path, capfd):
+    """jupyter_client sends SIGINT before every shutdown; a kernel caught mid-message logs
+    "KeyboardInterrupt caught in kernel" in a run that passed. The notebook makes the signal
+    visible: the handler ipykernel restores after each message writes a line to stderr."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    from trainperf.run import execute
+
+    probe = ('import os\nget_ipython().kernel.saved_sigint_handler = '
+             'lambda *a: os.write(2, b"SIGINT reached the kernel\\n")')
+    nb = new_notebook(cells=[new_code_cell(probe)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "probe.ipynb")
+    execute(tmp_path / "probe.ipynb", tmp_path / "stock.ipynb", {}, 60,
+            kernel_manager_class=AsyncKernelManager)
+    assert "SIGINT reached the kernel" in capfd.readouterr().err, "the probe must see the stock SIGINT"
+    execute(tmp_path / "probe.ipynb", tmp_path / "quiet.ipynb", {}, 60)
+    assert "SIGINT reached the kernel" not in capfd.readouterr().err

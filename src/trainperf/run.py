@@ -44,23 +44,53 @@ def _failure_detail(exc: BaseException, executed: Path) -> str:
     return f"{where}: {ename}: {message}"
 
 
+def _quiet_shutdown_manager() -> type:
+    """A kernel manager that does not interrupt a kernel it is about to shut down.
+
+    jupyter_client sends SIGINT to the kernel's process group before every shutdown request, to
+    break a busy kernel out of its cell. After the last cell papermill's kernel is idle, so that
+    signal does nothing useful; when it lands while the kernel is still handling a message (a
+    busy machine) or in a child process, the kernel logs "KeyboardInterrupt caught in kernel"
+    in a run where every notebook passed. The shutdown request alone stops an idle kernel, and
+    jupyter_client still terminates, then kills, one that does not stop in time.
+    """
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietShutdownKernelManager(AsyncKernelManager):
+        async def _async_interrupt_kernel(self) -> None:
+            if self.shutting_down:
+                return
+            await super()._async_interrupt_kernel()
+
+    return QuietShutdownKernelManager
+
+
+def execute(source: Path, target: Path, parameters: dict, cell_timeout: int,
+            kernel_manager_class: type | None = None) -> None:
+    """Execute one notebook with papermill, the way ``trainperf run`` does (raises on a failing
+    cell). ``kernel_manager_class`` is for tests; by default the kernel is not interrupted at
+    its shutdown (see ``_quiet_shutdown_manager``)."""
+    import papermill
+
+    papermill.execute_notebook(
+        str(source), str(target), parameters=parameters, cwd=str(source.parent),
+        kernel_name="python3", progress_bar=False, execution_timeout=cell_timeout,
+        log_output=False,
+        # the kernel's own start-up warnings (e.g. "running over TCP without encryption" on
+        # a private loopback connection) mean nothing to a learner; errors still show
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
+        kernel_manager_class=kernel_manager_class or _quiet_shutdown_manager(),
+    )
+
+
 def run_one(root: str, chapter: str, out_dir: str, device: str, quick: bool,
             cell_timeout: int) -> RunResult:
     """Execute one chapter's solution notebook (in a worker process)."""
-    import papermill
-
     source = chapter_notebook(Path(root), chapter)
     target = Path(out_dir) / f"{chapter}.ipynb"
     start = time.perf_counter()
     try:
-        papermill.execute_notebook(
-            str(source), str(target), parameters={"DEVICE": device, "QUICK": quick},
-            cwd=str(source.parent), kernel_name="python3", progress_bar=False,
-            execution_timeout=cell_timeout, log_output=False,
-            # the kernel's own start-up warnings (e.g. "running over TCP without encryption" on
-            # a private loopback connection) mean nothing to a learner; errors still show
-            extra_arguments=["--IPKernelApp.log_level=ERROR"],
-        )
+        execute(source, target, {"DEVICE": device, "QUICK": quick}, cell_timeout)
         status, detail = "ok", ""
     except Exception as exc:  # papermill raises PapermillExecutionError for a failing cell
         status, detail = "FAILED", _failure_detail(exc, target)
