@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -131,7 +132,17 @@ def course_requirements(root: Path) -> list[str]:
         return []
     project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     extras = project.get("optional-dependencies", {})
-    return [*project.get("dependencies", []), *extras.get("course", []), *extras.get("fast", [])]
+    wanted, todo, seen = list(project.get("dependencies", [])), ["course"], set()
+    while todo:  # "course" names the project's own other extras: trainperf-course[fast,site]
+        extra = todo.pop()
+        seen.add(extra)
+        for line in extras.get(extra, []):
+            own = re.fullmatch(rf"{re.escape(project['name'])}\[([^\]]+)\]", line.replace(" ", ""))
+            if own:
+                todo += [e for e in own.group(1).split(",") if e not in seen]
+            else:
+                wanted.append(line)
+    return wanted
 
 
 def missing_course_parts(python: Path, root: Path) -> list[str]:

@@ -31,6 +31,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("build/executed"),
                    help="folder for executed notebooks (default: build/executed)")
     p.add_argument("--cell-timeout", type=int, default=600, help="seconds per cell")
+    p.add_argument("--lang", nargs="+", default=["en"],
+                   help="languages to run, e.g. en zh (default: en); zh goes to <out>/zh/")
+
+    p = sub.add_parser("site", help="build the course website from notebooks/ and an executed run")
+    p.add_argument("--out", type=Path, default=Path("build/site"),
+                   help="folder for the site (default: build/site)")
+    p.add_argument("--lang", nargs="+", default=["en", "zh"], help="languages (default: en zh)")
+    p.add_argument("--chapters", nargs="+", help="chapter names or numbers (default: all)")
+    p.add_argument("--executed", type=Path, default=Path("build/executed"),
+                   help="`trainperf run --lang ...` output to take the outputs from "
+                        "(default: build/executed)")
+    p.add_argument("--repo-url", help="GitHub repository the launch links open "
+                                      "(default: [project.urls] Source in pyproject.toml)")
 
     p = sub.add_parser("grade", help="autograde a folder of submissions into a CSV (nbgrader)")
     p.add_argument("submissions", type=Path,
@@ -122,9 +135,25 @@ def main(argv: list[str] | None = None) -> int:
 
                 device = "cuda" if torch.cuda.is_available() else "cpu"
             out = args.out if args.out.is_absolute() else Path.cwd() / args.out
+            from .i18n import languages
+
+            known = ["en", *languages(root)]
+            for lang in args.lang:
+                if lang not in known:
+                    raise CourseError(f"unknown language {lang!r}: the course has {', '.join(known)}.")
             results = run(root, wanted, out, device=device, quick=args.quick,
-                          jobs=args.jobs, cell_timeout=args.cell_timeout)
+                          jobs=args.jobs, cell_timeout=args.cell_timeout, langs=tuple(args.lang))
             return 0 if all(r.status == "ok" for r in results) else 1
+        if args.command == "site":
+            from .site import build_site
+
+            out = args.out.resolve()
+            for line in build_site(root, out, args.lang, wanted, executed_dir=args.executed.resolve(),
+                                   repo_url=args.repo_url):
+                print(f"trainperf site: warning: {line}", file=sys.stderr)
+            print(f"site written to {out} (open {out / 'index.html'}, or serve it: "
+                  f"python -m http.server -d {out})")
+            return 0
         if args.command == "grade":
             from .grading.grade import Limits, grade
             from .grading.shards import Shard

@@ -20,6 +20,13 @@ class RunResult:
     status: str  # "ok" or "FAILED"
     output: str
     detail: str = ""  # for a failure: which cell and what it raised
+    lang: str = "en"
+
+
+def executed_path(out_dir: Path, chapter: str, lang: str = "en") -> Path:
+    """Where ``trainperf run`` writes a chapter's executed notebook: ``<out>/<chapter>.ipynb``
+    for English, ``<out>/<lang>/<chapter>.ipynb`` for another language."""
+    return (out_dir if lang == "en" else out_dir / lang) / f"{chapter}.ipynb"
 
 
 def _failure_detail(exc: BaseException, executed: Path) -> str:
@@ -66,14 +73,14 @@ def _quiet_shutdown_manager() -> type:
 
 
 def execute(source: Path, target: Path, parameters: dict, cell_timeout: int,
-            kernel_manager_class: type | None = None) -> None:
+            kernel_manager_class: type | None = None, cwd: Path | None = None) -> None:
     """Execute one notebook with papermill, the way ``trainperf run`` does (raises on a failing
     cell). ``kernel_manager_class`` is for tests; by default the kernel is not interrupted at
     its shutdown (see ``_quiet_shutdown_manager``)."""
     import papermill
 
     papermill.execute_notebook(
-        str(source), str(target), parameters=parameters, cwd=str(source.parent),
+        str(source), str(target), parameters=parameters, cwd=str(cwd or source.parent),
         kernel_name="python3", progress_bar=False, execution_timeout=cell_timeout,
         log_output=False,
         # the kernel's own start-up warnings (e.g. "running over TCP without encryption" on
@@ -83,39 +90,84 @@ def execute(source: Path, target: Path, parameters: dict, cell_timeout: int,
     )
 
 
+def _language_edition(root: Path, chapter: str, lang: str, target: Path) -> Path:
+    """The solution notebook in ``lang`` (translated markdown, ``LANGUAGE`` set), written
+    beside ``target``; English is the solution itself."""
+    source = chapter_notebook(root, chapter)
+    if lang == "en":
+        return source
+    import json
+
+    from . import i18n
+
+    notebook = i18n.translate(json.loads(source.read_text(encoding="utf-8")),
+                              i18n.catalogue_or_empty(root, lang, chapter))
+    edition = target.with_name(f"{chapter}.source.ipynb")
+    edition.write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
+    return edition
+
+
+def _record_provenance(target: Path, device: str, quick: bool, lang: str) -> None:
+    """Note in the executed notebook where its outputs come from (the course site prints it)."""
+    import datetime
+    import json
+    import platform
+    from importlib import metadata
+
+    notebook = json.loads(target.read_text(encoding="utf-8"))
+    notebook.setdefault("metadata", {}).setdefault("trainperf", {})["run"] = {
+        "device": device, "quick": quick, "language": lang,
+        "torch": metadata.version("torch"), "python": platform.python_version(),
+        "date": datetime.date.today().isoformat()}
+    target.write_text(json.dumps(notebook, ensure_ascii=False, indent=1), encoding="utf-8")
+
+
 def run_one(root: str, chapter: str, out_dir: str, device: str, quick: bool,
-            cell_timeout: int) -> RunResult:
-    """Execute one chapter's solution notebook (in a worker process)."""
-    source = chapter_notebook(Path(root), chapter)
-    target = Path(out_dir) / f"{chapter}.ipynb"
+            cell_timeout: int, lang: str = "en") -> RunResult:
+    """Execute one chapter's solution notebook, in ``lang`` (in a worker process)."""
+    target = executed_path(Path(out_dir), chapter, lang)
+    target.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
-        execute(source, target, {"DEVICE": device, "QUICK": quick}, cell_timeout)
+        source = _language_edition(Path(root), chapter, lang, target)
+        parameters = {"DEVICE": device, "QUICK": quick, **({"LANGUAGE": lang} if lang != "en" else {})}
+        execute(source, target, parameters, cell_timeout,
+                cwd=chapter_notebook(Path(root), chapter).parent)
+        _record_provenance(target, device, quick, lang)
         status, detail = "ok", ""
     except Exception as exc:  # papermill raises PapermillExecutionError for a failing cell
         status, detail = "FAILED", _failure_detail(exc, target)
-    return RunResult(chapter, device, time.perf_counter() - start, status, str(target), detail)
+    finally:
+        if lang != "en":
+            target.with_name(f"{chapter}.source.ipynb").unlink(missing_ok=True)
+    return RunResult(chapter, device, time.perf_counter() - start, status, str(target), detail, lang)
 
 
 def run(root: Path, wanted: list[str] | None, out_dir: Path, device: str = "auto",
-        quick: bool = True, jobs: int = 1, cell_timeout: int = 600) -> list[RunResult]:
-    """Run chapters; print progress as each starts and ends, then a summary table."""
+        quick: bool = True, jobs: int = 1, cell_timeout: int = 600,
+        langs: tuple[str, ...] = ("en",)) -> list[RunResult]:
+    """Run chapters in each language; print progress as each starts and ends, then a table."""
     chapter_ids = chapters(root, wanted)
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     results: list[RunResult] = []
-    total = len(chapter_ids)
+    waiting = [(chapter, lang) for lang in langs for chapter in chapter_ids]
+    total = len(waiting)
     mode = "quick" if quick else "full"
     print(f"running {total} notebook(s), device={device}, {mode}, jobs={jobs} -> {out_dir}",
           flush=True)
-    waiting = list(chapter_ids)
+
+    def name(chapter: str, lang: str) -> str:
+        return chapter if lang == "en" else f"{lang}/{chapter}"
+
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
         running = set()
 
         def start_next() -> None:  # one chapter per free worker, so "started" is when it starts
-            chapter = waiting.pop(0)
-            print(f"  started  {chapter}", flush=True)
-            running.add(pool.submit(run_one, str(root), chapter, str(out_dir), device, quick, cell_timeout))
+            chapter, lang = waiting.pop(0)
+            print(f"  started  {name(chapter, lang)}", flush=True)
+            running.add(pool.submit(run_one, str(root), chapter, str(out_dir), device, quick,
+                                    cell_timeout, lang))
 
         while waiting and len(running) < max(1, jobs):
             start_next()
@@ -124,19 +176,20 @@ def run(root: Path, wanted: list[str] | None, out_dir: Path, device: str = "auto
             for future in done:
                 result = future.result()
                 results.append(result)
-                print(f"  [{len(results)}/{total}] {result.chapter}: {result.status} "
-                      f"in {result.seconds:.1f} s {result.detail}", flush=True)
+                print(f"  [{len(results)}/{total}] {name(result.chapter, result.lang)}: "
+                      f"{result.status} in {result.seconds:.1f} s {result.detail}", flush=True)
                 if waiting:
                     start_next()
-    results.sort(key=lambda r: r.chapter)
+    results.sort(key=lambda r: (r.lang != "en", r.lang, r.chapter))
     print(format_table(results), flush=True)
     return results
 
 
 def format_table(results: list[RunResult]) -> str:
-    lines = [f"{'chapter':<24} {'device':<6} {'seconds':>8}  status", "-" * 50]
+    lines = [f"{'chapter':<27} {'device':<6} {'seconds':>8}  status", "-" * 53]
     for r in results:
-        lines.append(f"{r.chapter:<24} {r.device:<6} {r.seconds:>8.1f}  {r.status}")
+        label = r.chapter if r.lang == "en" else f"{r.lang}/{r.chapter}"
+        lines.append(f"{label:<27} {r.device:<6} {r.seconds:>8.1f}  {r.status}")
         if r.detail:
             lines.append(f"    {r.detail}")
     return "\n".join(lines)

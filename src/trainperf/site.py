@@ -1,0 +1,362 @@
+"""``trainperf site``: the course as a static website, one page per chapter and language.
+
+Each page is the chapter's **student** notebook (what a learner gets: no solutions, no hidden
+tests) with the outputs of an executed run (``trainperf run --lang en zh``) copied into its
+teaching cells by cell id. Exercise cells keep no output and get a "your turn" box; widget
+outputs keep their static picture and say that the controls need a running notebook. Every page
+says which run its outputs come from and links to Colab, Binder and the ``.ipynb``.
+
+The builder is Sphinx with MyST-NB and sphinx-book-theme (the Jupyter Book 1 stack): all three
+ship their scripts, fonts and styles, so the site works offline. MathJax comes from the
+``sphinx-mathjax-offline`` package instead of a CDN, Chinese search uses jieba (Sphinx's own
+Chinese splitter), and the Chinese text is drawn with the CJK font the helpers ship.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .course import CourseError, chapters
+from .run import executed_path
+
+PLACEHOLDER_URL = "https://github.com/trainperf/trainperf-course"  # pyproject's [project.urls]
+BRANCH = "main"
+STATIC = Path(__file__).with_name("site_static")
+
+TEXT = {
+    "en": {
+        "title": "Training Performance Analysis",
+        "intro": "Where does a deep-learning training step spend its time and memory? Nine "
+                 "chapters, each a notebook with exercises that are checked as you go. Read them "
+                 "here with the outputs of a real run; open a chapter in Colab, Binder or your "
+                 "own JupyterLab to run it and work the exercises.",
+        "other": ("zh", "中文"),
+        "chapters": "Chapters",
+        "from_run": "The outputs on this page come from one run of the notebook: device {device}, "
+                    "torch {torch}, Python {python}, {date}, {size} configuration "
+                    "(`trainperf run`). Your numbers will differ on other hardware.",
+        "quick": "quick", "full": "full",
+        "open": "Open this chapter:",
+        "download": "download the notebook (.ipynb)",
+        "your_turn": "Your turn",
+        "exercise": "This is an exercise. Open the notebook (links at the top of the page) and "
+                    "write your answer where the cell says `# YOUR CODE HERE`; the check cell "
+                    "after it tells you whether it is right.",
+        "widget": "This is a picture of the widget as the run left it. Its sliders and buttons "
+                  "work only in a running notebook.",
+    },
+    "zh": {
+        "title": "训练性能分析",
+        "intro": "一个深度学习训练 step 的时间和显存花在了哪里？全课共九章，每章是一个带练习的 "
+                 "notebook，练习会当场检查。在这里可以阅读每一章和一次真实运行的输出；要运行它、"
+                 "做练习，请在 Colab、Binder 或你自己的 JupyterLab 中打开这一章。",
+        "other": ("en", "English"),
+        "chapters": "章节",
+        "from_run": "本页的输出来自这个 notebook 的一次运行：设备 {device}，torch {torch}，"
+                    "Python {python}，{date}，{size}配置（`trainperf run`）。在别的硬件上，"
+                    "你得到的数字会不同。",
+        "quick": "小规模", "full": "完整",
+        "open": "打开这一章：",
+        "download": "下载 notebook（.ipynb）",
+        "your_turn": "轮到你了",
+        "exercise": "这是一道练习。请打开 notebook（链接在本页顶部），在标有 `# YOUR CODE HERE` "
+                    "的地方写下你的答案；它后面的检查单元会告诉你答案对不对。",
+        "widget": "这是运行结束时这个小部件的截图。滑块和按钮只有在运行中的 notebook 里才能用。",
+    },
+}
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def repository_url(root: Path) -> str:
+    """``[project.urls] Source`` from pyproject.toml (read as text: Python 3.10 has no tomllib)."""
+    text = (root / "pyproject.toml").read_text(encoding="utf-8")
+    found = re.search(r'^Source\s*=\s*"([^"]+)"', text, re.MULTILINE)
+    return found.group(1).rstrip("/") if found else PLACEHOLDER_URL
+
+
+def launch_links(repo_url: str, notebook: str) -> dict[str, str]:
+    """Colab and Binder links that open ``notebook`` (a path in the repository) from GitHub."""
+    match = re.fullmatch(r"https://github\.com/([^/]+)/([^/]+?)(?:\.git)?", repo_url)
+    if not match:
+        raise CourseError(f"the repository URL must be https://github.com/<owner>/<name>, got "
+                          f"{repo_url!r}; pass --repo-url or set [project.urls] Source.")
+    owner, name = match.groups()
+    return {"Colab": f"https://colab.research.google.com/github/{owner}/{name}/blob/{BRANCH}/{notebook}",
+            "Binder": f"https://mybinder.org/v2/gh/{owner}/{name}/{BRANCH}?labpath={notebook}"}
+
+
+def _source(cell: dict[str, Any]) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _is_exercise(cell: dict[str, Any]) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return bool(meta.get("solution") or meta.get("grade"))
+
+
+def _markdown(text: str) -> dict[str, Any]:
+    return {"cell_type": "markdown", "metadata": {}, "source": text}
+
+
+def _static_outputs(outputs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+    """The outputs without live widget views (their picture and text stay); True if one had."""
+    kept, had_widget = [], False
+    for output in outputs:
+        output = copy.deepcopy(output)
+        data = output.get("data")
+        if isinstance(data, dict) and WIDGET_VIEW in data:
+            had_widget = True
+            del data[WIDGET_VIEW]
+            if not data:
+                continue
+        if "execution_count" in output:
+            output["execution_count"] = None
+        kept.append(output)
+    return kept, had_widget
+
+
+def page_notebook(student: dict[str, Any], executed: dict[str, Any], lang: str,
+                  header: str) -> dict[str, Any]:
+    """The notebook a page is built from: ``student``'s cells, ``executed``'s outputs in the
+    teaching cells, a "your turn" box before each answer cell, ``header`` after the title."""
+    words = TEXT[lang]
+    outputs = {c.get("id"): c.get("outputs", []) for c in executed.get("cells", [])
+               if c.get("cell_type") == "code"}
+    cells: list[dict[str, Any]] = []
+    for index, cell in enumerate(student["cells"]):
+        cell = copy.deepcopy(cell)
+        if cell["cell_type"] == "code":
+            cell["execution_count"] = None
+            widget = False
+            if _is_exercise(cell):
+                cell["outputs"] = []
+                if cell["metadata"].get("nbgrader", {}).get("solution"):
+                    cells.append(_markdown(f":::{{admonition}} {words['your_turn']}\n:class: tip\n"
+                                           f"{words['exercise']}\n:::"))
+            else:
+                cell["outputs"], widget = _static_outputs(outputs.get(cell.get("id"), []))
+            cells.append(cell)
+            if widget:
+                cells.append(_markdown(f"*{words['widget']}*"))
+            continue
+        cells.append(cell)
+        if index == 0:
+            cells.append(_markdown(header))
+    page = {"cells": cells, "metadata": {k: v for k, v in student.get("metadata", {}).items()
+                                         if k in ("kernelspec", "language_info")},
+            "nbformat": 4, "nbformat_minor": student.get("nbformat_minor", 5)}
+    return page
+
+
+def _switch(lang: str, page: str, langs: list[str]) -> str:
+    """A link to the same page in the other language, when that language is built too."""
+    other, other_name = TEXT[lang]["other"]
+    if other not in langs:
+        return ""
+    return f'<a class="course-language" href="../{other}/{page}.html">{other_name}</a>'
+
+
+def page_header(lang: str, chapter: str, run: dict[str, Any], links: dict[str, str],
+                langs: list[str]) -> str:
+    """The lines under a page's title: where its outputs come from, launch links, language."""
+    words = TEXT[lang]
+    size = words["quick" if run.get("quick", True) else "full"]
+    provenance = words["from_run"].format(size=size, **{k: run.get(k, "?") for k in
+                                                        ("device", "torch", "python", "date")})
+    anchors = " · ".join(f'<a href="{url}">{name}</a>' for name, url in links.items())
+    return (f'<p class="course-links">{words["open"]} {anchors} · '
+            f'<a href="notebooks/{chapter}.ipynb" download>{words["download"]}</a>'
+            + (f" · {switch}" if (switch := _switch(lang, chapter, langs)) else "")
+            + f"</p>\n\n{provenance}\n")
+
+
+def _index(lang: str, chapter_ids: list[str], langs: list[str]) -> str:
+    words = TEXT[lang]
+    toc = "\n".join(chapter_ids)
+    switch = _switch(lang, "index", langs)
+    return (f"# {words['title']}\n\n{words['intro']}\n\n"
+            + (f"<p>{switch}</p>\n\n" if switch else "")
+            + f"```{{toctree}}\n:maxdepth: 1\n:caption: {words['chapters']}\n\n{toc}\n```\n")
+
+
+_CONF = '''# Generated by `trainperf site`; edit src/trainperf/site.py instead.
+project = {title!r}
+author = "the course authors"
+language = {language!r}
+html_search_language = {search!r}
+extensions = ["myst_nb", "sphinx-mathjax-offline"]
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
+nb_execution_mode = "off"
+nb_merge_streams = True
+html_theme = "sphinx_book_theme"
+html_title = {title!r}
+html_static_path = ["_static"]
+html_css_files = ["course.css"]
+html_copy_source = False
+html_show_sourcelink = False
+html_theme_options = {{"home_page_in_toc": True, "use_download_button": False,
+                       "use_fullscreen_button": False, "show_toc_level": 2}}
+suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "misc.highlighting_failure"]
+html_context = {{"default_mode": "light"}}  # no saved mode yet: the theme would log an error
+html_favicon = "_static/favicon.png"  # else the browser asks for /favicon.ico, which is not there
+{extra}'''
+
+# Chinese search, two fixes. Sphinx 9's Chinese search uses the English stemmer file but names
+# the stemmer after the language ("ChineseStemmer is not defined" in the browser): name it after
+# the file. And jieba splits the pages into words, but the browser keeps a query such as
+# 屋顶线 whole, so it matches nothing: split each run of hanzi into the longest words the index
+# holds (greedy, left to right), as jieba split the text, leaving out single characters the
+# index does not hold (Sphinx indexes no one-character word).
+_ZH_SEARCH_FIX = '''
+from sphinx.search import languages as _languages
+from sphinx.search.zh import SearchChinese as _SearchChinese
+
+class _Search(_SearchChinese):
+    js_splitter_code = r"""
+function splitQuery(query) {
+  // searchtools.js declares `const Search`, which is not a property of window
+  const index = (typeof Search !== "undefined" && Search._index) || {};
+  const known = (word) => (index.terms && word in index.terms)
+    || (index.titleterms && word in index.titleterms);
+  const out = [];
+  for (const part of query.split(/[\\s\\p{P}\\p{S}]+/u)) {
+    for (const run of part.match(/\\p{Script=Han}+|[^\\p{Script=Han}]+/gu) || []) {
+      if (!/\\p{Script=Han}/u.test(run)) { out.push(run); continue; }
+      for (let i = 0; i < run.length;) {
+        let j = run.length;
+        while (j > i + 1 && !known(run.slice(i, j).toLowerCase())) j--;
+        // the index leaves out one-character words, so an unknown one cannot be required
+        if (j - i > 1 || known(run.slice(i, j)) || run.length === 1) out.push(run.slice(i, j));
+        i = j;
+      }
+    }
+  }
+  return out.filter((term) => term);
+}
+"""
+
+if _SearchChinese.js_stemmer_rawcode == "english-stemmer.js":
+    _Search.language_name = "English"
+_languages["zh"] = _Search
+'''
+
+
+def _run_info(executed: dict[str, Any]) -> dict[str, Any]:
+    return executed.get("metadata", {}).get("trainperf", {}).get("run", {})
+
+
+def prepare(root: Path, lang: str, chapter_ids: list[str], executed_dir: Path, source: Path,
+            repo_url: str, langs: list[str]) -> None:
+    """Write one language's Sphinx source folder: conf.py, index.md, one notebook a chapter."""
+    from helpers.i18n import CJK_FONT_FILE
+
+    if source.exists():
+        shutil.rmtree(source)
+    (source / "_static").mkdir(parents=True)
+    for name in chapter_ids:
+        run_file = executed_path(executed_dir, name, lang)
+        if not run_file.is_file():
+            flag = "" if lang == "en" else f" --lang {lang}"
+            raise CourseError(f"no executed {lang} notebook for {name} at {run_file}: run "
+                              f"`trainperf run{flag} --chapters {name}` first (or pass --executed).")
+        folder = root / "notebooks" / ("" if lang == "en" else lang) / name
+        student = json.loads((folder / f"{name}.ipynb").read_text(encoding="utf-8"))
+        executed = json.loads(run_file.read_text(encoding="utf-8"))
+        notebook_path = f"notebooks/{'' if lang == 'en' else lang + '/'}{name}/{name}.ipynb"
+        header = page_header(lang, name, _run_info(executed), launch_links(repo_url, notebook_path),
+                             langs)
+        page = page_notebook(student, executed, lang, header)
+        (source / f"{name}.ipynb").write_text(json.dumps(page, ensure_ascii=False), encoding="utf-8")
+    (source / "index.md").write_text(_index(lang, chapter_ids, langs), encoding="utf-8")
+    (source / "conf.py").write_text(_CONF.format(
+        title=TEXT[lang]["title"], language="zh_CN" if lang == "zh" else lang,
+        search="zh" if lang == "zh" else lang, extra=_ZH_SEARCH_FIX if lang == "zh" else ""),
+        encoding="utf-8")
+    for name in ("course.css", "favicon.png"):
+        shutil.copy2(STATIC / name, source / "_static" / name)
+    if lang == "zh":
+        import helpers
+
+        font = Path(helpers.__file__).parent / "data" / "fonts" / CJK_FONT_FILE
+        shutil.copy2(font, source / "_static" / CJK_FONT_FILE)
+        with open(source / "_static" / "course.css", "a", encoding="utf-8") as css:
+            css.write(_CJK_CSS.format(file=CJK_FONT_FILE))
+
+
+_CJK_CSS = """
+/* Chinese pages: the CJK font the helpers ship (a subset of Noto Sans CJK SC, SIL OFL). */
+@font-face {{ font-family: "Trainperf Sans SC"; src: url("{file}") format("opentype");
+             font-display: block; }}
+html[lang^="zh"] body {{ --pst-font-family-base: "Trainperf Sans SC", system-ui, sans-serif;
+                        --pst-font-family-heading: "Trainperf Sans SC", system-ui, sans-serif;
+                        font-family: "Trainperf Sans SC", system-ui, sans-serif; }}
+"""
+
+
+def _sphinx(source: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E",
+                           str(source), str(out)], capture_output=True, text=True)
+
+
+def build_site(root: Path, out: Path, langs: list[str], wanted: list[str] | None = None,
+               executed_dir: Path | None = None, repo_url: str | None = None) -> list[str]:
+    """Build the site into ``out`` (``out/<lang>/``, and ``out/index.html`` choosing one);
+    returns the warnings to print (the placeholder repository URL)."""
+    from . import i18n
+
+    known = ["en", *i18n.languages(root)]
+    for lang in langs:
+        if lang not in known or lang not in TEXT:
+            raise CourseError(f"unknown language {lang!r}: the site has {', '.join(known)}.")
+    try:
+        import myst_nb  # noqa: F401
+        import sphinx_book_theme  # noqa: F401
+    except ImportError as exc:
+        raise CourseError(f"{exc.name} is not installed: pip install -e '.[course]' "
+                          "(the site extra: Sphinx, MyST-NB, sphinx-book-theme)") from None
+    chapter_ids = chapters(root, wanted)
+    executed_dir = executed_dir or root / "build" / "executed"
+    repo_url = (repo_url or repository_url(root)).rstrip("/")
+    warnings = []
+    if repo_url == PLACEHOLDER_URL:
+        warnings.append(f"the launch links use the placeholder repository {PLACEHOLDER_URL}: set "
+                        "[project.urls] Source in pyproject.toml (or pass --repo-url) before "
+                        "publishing.")
+    work = out.parent / f".{out.name}-source"
+    for lang in langs:
+        prepare(root, lang, chapter_ids, executed_dir, work / lang, repo_url, langs)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    # each language in its own build folder: MyST-NB writes its files beside the output folder
+    with ThreadPoolExecutor(max_workers=len(langs)) as pool:
+        built = pool.map(lambda lang: _sphinx(work / lang, work / f"{lang}-build" / "html"), langs)
+        done = dict(zip(langs, built, strict=True))
+    for lang, result in done.items():
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise CourseError(f"Sphinx could not build the {lang} pages: {last}")
+        shutil.move(work / f"{lang}-build" / "html", out / lang)
+        shutil.rmtree(out / lang / "_sources", ignore_errors=True)  # empty: sources are not copied
+        folder = out / lang / "notebooks"
+        folder.mkdir(exist_ok=True)
+        for name in chapter_ids:  # the download link: the student notebook, as a learner gets it
+            shutil.copy2(root / "notebooks" / ("" if lang == "en" else lang) / name / f"{name}.ipynb",
+                         folder / f"{name}.ipynb")
+    first = langs[0]
+    (out / "index.html").write_text(
+        f'<!doctype html><meta charset="utf-8"><title>{TEXT[first]["title"]}</title>'
+        f'<meta http-equiv="refresh" content="0; url={first}/index.html">'
+        + "".join(f'<p><a href="{lang}/index.html">{TEXT[lang]["title"]}</a></p>' for lang in langs),
+        encoding="utf-8")
+    shutil.rmtree(work, ignore_errors=True)
+    return warnings
