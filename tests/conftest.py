@@ -59,7 +59,7 @@ def once_per_worker(key: object, build):
 # extra; tests/test_suite_groups.py fails when a group is not honoured.
 _FILE_GROUPS = {"test_suite_groups.py", "test_grading_hostile.py", "test_class_grading.py",
                 "test_env_binder.py", "test_env_browser.py", "test_env_fresh_runtime.py",
-                "test_packaging.py", "test_report.py", "test_timeline_scale.py"}
+                "test_packaging.py", "test_report.py", "test_timeline_scale.py", "test_site.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which turns the marks into groups

@@ -182,8 +182,9 @@ def _tool(name: str) -> str:
     return path
 
 
-def test_github_actions_workflow_passes_actionlint():
-    result = subprocess.run([_tool("actionlint"), "-no-color", str(RECIPES / "github-actions.yml")],
+@pytest.mark.parametrize("recipe", ["github-actions.yml", "github-pages.yml"])
+def test_github_actions_workflow_passes_actionlint(recipe):
+    result = subprocess.run([_tool("actionlint"), "-no-color", str(RECIPES / recipe)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 

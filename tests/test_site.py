@@ -1,0 +1,324 @@
+"""The course website (`trainperf site`), built the way the README says and read in a browser.
+
+Two chapters (1 and 4, the quickest to execute) in both languages: `trainperf run --lang en zh`,
+then `trainperf site`. The pages are checked as files (nothing hidden or solved leaks, every
+page says where its outputs come from, exercises are "your turn" boxes) and in the system's
+Chromium (no console error, no request leaving localhost, links resolve, search finds a term
+in each language, maths and code render, the Chinese text has every glyph in the served font).
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import http.server
+import json
+import os
+import re
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.parse
+import urllib.request
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from trainperf.grading.hidden import split_hidden
+from trainperf.site import page_notebook
+
+pytestmark = pytest.mark.notebooks
+CHAPTERS = ["01_roofline", "04_timeline"]
+LANGS = ["en", "zh"]
+
+
+def _trainperf(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainperf.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("site")
+    ran = _trainperf("run", "--device", "cpu", "--chapters", *CHAPTERS, "--lang", *LANGS,
+                     "--jobs", "2", "--out", str(base / "executed"))
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    built = _trainperf("site", "--chapters", *CHAPTERS, "--executed", str(base / "executed"),
+                       "--out", str(base / "site"), timeout=600)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    return {"out": base / "site", "executed": base / "executed", "stderr": built.stderr}
+
+
+class _Text(HTMLParser):
+    """The text a reader sees (code blocks joined back from their highlighting spans)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        self._skip += tag in ("script", "style")
+
+    def handle_endtag(self, tag):
+        self._skip -= tag in ("script", "style") and self._skip > 0
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.parts.append(data)
+
+
+def _page_text(path: Path) -> str:
+    parser = _Text()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return "".join(parser.parts)
+
+
+def _site_text(out: Path) -> str:
+    """Everything the site serves that a reader or a script could read, as text."""
+    chunks = []
+    for path in sorted(out.rglob("*")):
+        if path.suffix == ".html":
+            chunks.append(_page_text(path))
+            chunks.append(html.unescape(path.read_text(encoding="utf-8")))
+        elif path.suffix in (".js", ".ipynb", ".txt", ".json") and "_static" not in path.parts:
+            chunks.append(path.read_text(encoding="utf-8", errors="replace"))
+    return "\n".join(chunks)
+
+
+def _cell_source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def _secret_lines(chapter: str) -> list[str]:
+    """Hidden-test lines and solution lines of a chapter that its student notebook does not show."""
+    solution = json.loads((ROOT / "solutions" / chapter / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+    public = set()
+    for lang in LANGS:
+        folder = ROOT / "notebooks" / ("" if lang == "en" else lang) / chapter
+        student = json.loads((folder / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        public |= {ln.strip() for c in student["cells"] for ln in _cell_source(c).splitlines()}
+    secret = []
+    for cell in solution["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        source = _cell_source(cell)
+        if meta.get("grade") and not meta.get("solution"):
+            _, hidden = split_hidden(source)
+            secret += (hidden or "").splitlines()
+        if meta.get("solution"):
+            inside = re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", source, re.S)
+            secret += "\n".join(inside).splitlines()
+    return [ln.strip() for ln in secret
+            if len(ln.strip()) >= 12 and not ln.strip().startswith("#") and ln.strip() not in public]
+
+
+def test_the_build_says_its_links_use_the_placeholder_repository(site):
+    lines = [ln for ln in site["stderr"].splitlines() if ln.strip()]
+    assert len(lines) == 1 and "placeholder repository" in lines[0], site["stderr"]
+
+
+def test_no_hidden_test_or_solution_appears_in_the_site(site):
+    text = _site_text(site["out"])
+    assert 'raise NotImplementedError("Exercise not done yet' in text, "the code text is readable"
+    for chapter in CHAPTERS:
+        secret = _secret_lines(chapter)
+        assert len(secret) >= 5, f"{chapter}: found too few hidden or solution lines to check"
+        leaked = [ln for ln in secret if ln in text]
+        assert not leaked, f"{chapter}: hidden-test or solution lines in the site: {leaked[:5]}"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_each_page_says_where_its_outputs_come_from_and_how_to_open_it(site, lang):
+    from importlib import metadata
+
+    out = site["out"] / lang
+    for chapter in CHAPTERS:
+        page = (out / f"{chapter}.html").read_text(encoding="utf-8")
+        text = _page_text(out / f"{chapter}.html")
+        assert f"torch {metadata.version('torch')}" in text and ("cpu" in text), text[:2000]
+        notebook = f"notebooks/{'' if lang == 'en' else 'zh/'}{chapter}/{chapter}.ipynb"
+        assert (f"https://colab.research.google.com/github/trainperf/trainperf-course/blob/main/{notebook}"
+                in page)
+        assert f"https://mybinder.org/v2/gh/trainperf/trainperf-course/main?labpath={notebook}" in page
+        assert f'href="notebooks/{chapter}.ipynb"' in page
+        assert (out / "notebooks" / f"{chapter}.ipynb").is_file()
+        other = "zh" if lang == "en" else "en"
+        assert f'href="../{other}/{chapter}.html"' in page
+        student = json.loads((ROOT / "notebooks" / ("" if lang == "en" else lang) / chapter
+                              / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        answers = sum(bool(c["metadata"].get("nbgrader", {}).get("solution")) for c in student["cells"])
+        boxes = page.count("Your turn" if lang == "en" else "轮到你了")
+        assert boxes == answers > 0, f"{chapter}: {boxes} 'your turn' boxes for {answers} exercises"
+        assert "widget-view+json" not in page and "unpkg.com" not in page and "cdn." not in page
+    assert ("sliders and buttons" if lang == "en" else "滑块和按钮") in (out / "01_roofline.html").read_text(
+        encoding="utf-8"), "chapter 1's explorer must say its controls need a running notebook"
+
+
+def test_a_page_keeps_teaching_outputs_drops_exercise_outputs_and_live_widgets():
+    student = {"cells": [
+        {"cell_type": "markdown", "id": "t", "metadata": {}, "source": "# Title"},
+        {"cell_type": "code", "id": "a", "metadata": {}, "source": "x = 1", "outputs": [],
+         "execution_count": None},
+        {"cell_type": "code", "id": "w", "metadata": {}, "source": "show()", "outputs": [],
+         "execution_count": None},
+        {"cell_type": "code", "id": "e", "metadata": {"nbgrader": {"solution": True}},
+         "source": "# YOUR CODE HERE", "outputs": [], "execution_count": None}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    executed = {"cells": [
+        {"cell_type": "code", "id": "a", "outputs": [{"output_type": "stream", "name": "stdout",
+                                                       "text": "1\n"}]},
+        {"cell_type": "code", "id": "w", "outputs": [
+            {"output_type": "display_data", "metadata": {},
+             "data": {"application/vnd.jupyter.widget-view+json": {}, "image/png": "AAAA",
+                      "text/plain": "view"}}]},
+        {"cell_type": "code", "id": "e", "outputs": [{"output_type": "stream", "name": "stdout",
+                                                       "text": "the solution's answer 42\n"}]}]}
+    page = page_notebook(student, executed, "en", "HEADER")
+    kinds = [(c["cell_type"], c.get("id")) for c in page["cells"]]
+    assert kinds[:3] == [("markdown", "t"), ("markdown", None), ("code", "a")]
+    assert page["cells"][1]["source"] == "HEADER"
+    assert page["cells"][2]["outputs"][0]["text"] == "1\n"
+    widget = page["cells"][3]
+    assert set(widget["outputs"][0]["data"]) == {"image/png", "text/plain"}
+    assert "running notebook" in page["cells"][4]["source"]
+    assert "Your turn" in page["cells"][5]["source"] and page["cells"][6]["outputs"] == []
+
+
+def test_bad_input_is_one_line(site, tmp_path):
+    for args, words in ((["site", "--lang", "fr"], "unknown language 'fr'"),
+                        (["run", "--lang", "fr", "--chapters", "01"], "unknown language 'fr'"),
+                        (["site", "--chapters", "02", "--executed", str(site["executed"]),
+                          "--out", str(tmp_path / "s")], "trainperf run --chapters 02_mfu")):
+        done = _trainperf(*args, timeout=120)
+        err = done.stderr.strip()
+        assert done.returncode == 2 and words in err and "\n" not in err, (args, err)
+
+
+# ---------------------------------------------------------------------------- in a browser
+
+class _QuietServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):  # a page closed while a file was sent
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+@pytest.fixture(scope="module")
+def served(site):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site["out"]))
+    handler.log_message = lambda *args: None
+    server = _QuietServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    from test_env_browser import CHROMIUM_FLAGS, find_chromium
+
+    if find_chromium() is None:
+        pytest.skip("no Chromium here: install Debian's `chromium` package "
+                    "(apt-get install -y chromium; .ci/run does) or set TRAINPERF_CHROMIUM")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=find_chromium(), headless=True, args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+def _open(browser, url: str):
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    events = {"errors": [], "requests": []}
+    page.on("console", lambda m: m.type == "error" and events["errors"].append(m.text))
+    page.on("pageerror", lambda e: events["errors"].append(str(e)))
+    page.on("request", lambda r: events["requests"].append(r.url))
+    page.goto(url, wait_until="networkidle")
+    return page, events
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_page_loads_offline_with_no_error_and_its_links_resolve(site, served, chromium, lang):
+    pages = sorted(p.relative_to(site["out"]).as_posix() for p in (site["out"] / lang).glob("*.html"))
+    expected = {f"{lang}/{c}.html" for c in CHAPTERS} | {f"{lang}/index.html", f"{lang}/search.html"}
+    assert expected <= set(pages)
+    links = set()
+    for path in pages:
+        page, events = _open(chromium, f"{served}/{path}")
+        assert not events["errors"], f"{path}: console errors {events['errors']}"
+        outside = [u for u in events["requests"] if not u.startswith(served)]
+        assert not outside, f"{path} fetched from outside the site: {outside}"
+        for href in page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)"):
+            if href.startswith(served):
+                links.add(href.split("#")[0].split("?")[0])
+        page.close()
+    for link in sorted(links):
+        with urllib.request.urlopen(link, timeout=10) as response:
+            assert response.status == 200, link
+    chapter_pages = {f"{served}/{lang}/{c}.html" for c in CHAPTERS}
+    assert chapter_pages <= links, "the table of contents links every chapter"
+
+
+@pytest.mark.parametrize(("lang", "query", "expect"), [
+    ("en", "roofline", "01_roofline.html"), ("en", "straggler", "04_timeline.html"),
+    ("zh", "算术强度", "01_roofline.html"), ("zh", "屋顶线", "01_roofline.html")])
+def test_search_finds_a_term_on_its_chapter_page(served, chromium, lang, query, expect):
+    page, _ = _open(chromium, f"{served}/{lang}/search.html?q={urllib.parse.quote(query)}")
+    page.wait_for_selector("#search-results li a", timeout=30_000)
+    found = page.eval_on_selector_all("#search-results li a", "els => els.map(e => e.getAttribute('href'))")
+    page.close()
+    assert expect in found, f"searching {query!r} found {found}"
+
+
+@pytest.fixture(scope="module")
+def site_shots() -> Path:
+    """Screenshots go to $TRAINPERF_SCREENSHOTS/site or /tmp/trainperf-screenshots/site."""
+    folder = Path(os.environ.get("TRAINPERF_SCREENSHOTS")
+                  or Path(tempfile.gettempdir()) / "trainperf-screenshots") / "site"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_maths_code_and_chinese_glyphs_render(site, served, chromium, site_shots, lang):
+    page, events = _open(chromium, f"{served}/{lang}/01_roofline.html")
+    page.wait_for_function("() => document.querySelectorAll('mjx-container').length > 0", timeout=30_000)
+    highlighted = "() => document.querySelectorAll('div.highlight span.k, div.highlight span.n').length"
+    assert page.evaluate(highlighted) > 50
+    if lang == "zh":
+        from fontTools.ttLib import TTFont
+
+        from helpers.i18n import CJK_FONT_FAMILY, CJK_FONT_FILE
+
+        page.evaluate("() => document.fonts.ready")
+        sample = "".join(sorted({ch for ch in _page_text(site["out"] / "zh" / "01_roofline.html")
+                                 if "\u4e00" <= ch <= "\u9fff"}))
+        assert len(sample) > 100
+        assert page.evaluate(f"(s) => document.fonts.check('16px \"{CJK_FONT_FAMILY}\"', s)", sample)
+        loaded = page.evaluate(
+            "() => [...document.fonts].filter(f => f.status === 'loaded').map(f => f.family)")
+        assert any(CJK_FONT_FAMILY in family for family in loaded), loaded
+        cmap = TTFont(site["out"] / "zh" / "_static" / CJK_FONT_FILE).getBestCmap()
+        for path in (site["out"] / "zh").glob("*.html"):
+            missing = sorted({ch for ch in _page_text(path) if ord(ch) > 0x2E80 and ord(ch) not in cmap})
+            assert not missing, f"{path.name}: characters the served font lacks: {''.join(missing)}"
+    page.screenshot(path=str(site_shots / f"{lang}_01_roofline.png"))
+    assert not events["errors"], events["errors"]
+    page.close()
+
+
+def test_the_pages_recipe_builds_the_site_the_readme_describes():
+    recipe = (ROOT / "grader" / "recipes" / "github-pages.yml").read_text(encoding="utf-8")
+    assert "trainperf run --device cpu --lang en zh" in recipe
+    assert 'trainperf site --repo-url "${{ github.server_url }}/${{ github.repository }}"' in recipe
+    assert "path: build/site" in recipe and "actions/deploy-pages@" in recipe
+    for readme in ("README.md", "README.zh.md"):
+        text = (ROOT / readme).read_text(encoding="utf-8")
+        assert "trainperf site" in text and "github-pages.yml" in text, readme
