@@ -59,7 +59,7 @@ def once_per_worker(key: object, build):
 # extra; tests/test_suite_groups.py fails when a group is not honoured.
 _FILE_GROUPS = {"test_suite_groups.py", "test_grading_hostile.py", "test_class_grading.py",
                 "test_env_binder.py", "test_env_browser.py", "test_env_fresh_runtime.py",
-                "test_packaging.py", "test_report.py", "test_timeline_scale.py", "test_site.py"}
+                "test_packaging.py", "test_report.py", "test_timeline_scale.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which turns the marks into groups
@@ -71,6 +71,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(name))
         elif name == "test_notebooks.py" and chapter:
             item.add_marker(pytest.mark.xdist_group(f"notebook-{chapter}"))
+        elif name == "test_site.py":  # builds its pages from chapter 1's papermill run
+            item.add_marker(pytest.mark.xdist_group("notebook-01_roofline"))
 
 
 def shared_trace(name: str) -> Path:
