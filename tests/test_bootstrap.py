@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import envkit
@@ -98,6 +97,12 @@ def test_the_commands_run_their_job_in_this_environment():
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
 
 
+def _project(name: str, extra: str = "") -> str:
+    """A pyproject.toml for a small stand-in package built by setuptools."""
+    return (f'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+            f'[project]\nname = "{name}"\nversion = "0.0.1"\n{extra}')
+
+
 def _scratch_checkout(tmp_path: Path) -> tuple[Path, Path]:
     """A checkout with the real bootstrap, a stand-in course and a stand-in torch."""
     root = tmp_path / "course"
@@ -108,29 +113,13 @@ def _scratch_checkout(tmp_path: Path) -> tuple[Path, Path]:
     (root / "src" / "trainperf" / "__init__.py").touch()
     (root / "src" / "trainperf" / "cli.py").write_text(
         "import sys, torch\nprint('stand-in trainperf', sys.argv[1:], torch.__file__)\n")
-    (root / "pyproject.toml").write_text(textwrap.dedent("""\
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "trainperf-course"
-        version = "0.0.1"
-        dependencies = ["packaging"]
-        [project.optional-dependencies]
-        course = []
-        fast = []
-        """))
+    (root / "pyproject.toml").write_text(_project(
+        "trainperf-course", 'dependencies = ["packaging"]\n'
+        "[project.optional-dependencies]\ncourse = []\nfast = []\n"))
     torch = tmp_path / "standin-torch"
     (torch / "torch").mkdir(parents=True)
     (torch / "torch" / "__init__.py").touch()
-    (torch / "pyproject.toml").write_text(textwrap.dedent("""\
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "torch"
-        version = "0.0.1"
-        """))
+    (torch / "pyproject.toml").write_text(_project("torch"))
     return root, torch
 
 
