@@ -7,8 +7,9 @@ come from, exercises are "your turn" boxes) and in the system's
 Chromium (no console error, no request leaving localhost, links resolve, search finds a term
 in each language, maths and code render, the Chinese text has every glyph in the served font).
 
-``TRAINPERF_SITE_DIR=build/site pytest tests/test_site.py -n0`` runs the same checks on a site
-built beforehand (e.g. every chapter, as the README's commands build it).
+``TRAINPERF_SITE_DIR=build/site TRAINPERF_SITE_EXECUTED=build/executed pytest tests/test_site.py
+-n0`` runs the same checks on a site built beforehand (e.g. every chapter, as the README's
+commands build it).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import pytest
 from conftest import ROOT
 
 from trainperf.grading.hidden import split_hidden
+from trainperf.run import executed_path
 from trainperf.site import page_notebook
 
 pytestmark = pytest.mark.notebooks
@@ -49,13 +51,15 @@ def _trainperf(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 def site(tmp_path_factory, executed_dir) -> dict:
     from test_notebooks import _executed
 
-    from trainperf.run import executed_path, run_one
+    from trainperf.run import run_one
 
     prebuilt = os.environ.get("TRAINPERF_SITE_DIR")
     if prebuilt:
         out = Path(prebuilt).resolve()
         names = sorted(p.stem for p in (out / "en").glob("*.html") if p.stem[:2].isdigit())
-        return {"out": out, "executed": None, "stderr": None, "chapters": names}
+        executed = os.environ.get("TRAINPERF_SITE_EXECUTED")  # the run it was built from
+        return {"out": out, "executed": Path(executed).resolve() if executed else None,
+                "stderr": None, "chapters": names}
     for chapter in CHAPTERS:
         _executed(chapter, executed_dir)  # English: shared with test_papermill_executes_quick_on_cpu
         if not executed_path(executed_dir, chapter, "zh").exists():
@@ -109,15 +113,32 @@ def _cell_source(cell: dict) -> str:
     return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
 
 
-def _secret_lines(chapter: str) -> list[str]:
-    """Hidden-test lines and solution lines of a chapter that its student notebook does not show."""
+def _public_text() -> str:
+    """Every cell of every student notebook, in every language: what the course shows anyway."""
+    return "\n".join(_cell_source(c) for path in sorted((ROOT / "notebooks").rglob("*.ipynb"))
+                     for c in json.loads(path.read_text(encoding="utf-8"))["cells"])
+
+
+def _outputs_text(cell: dict) -> str:
+    return "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                     for o in cell.get("outputs", []))
+
+
+def _secret_lines(chapter: str, executed: Path | None) -> list[str]:
+    """What a learner who runs the student notebook never sees: hidden-test lines, solution
+    lines and what the solution's exercise cells print. Public is every student notebook's
+    source and the teaching cells' outputs of the run the site shows (a teaching cell that
+    prints a helper's source shows that source to every learner who runs it)."""
     solution = json.loads((ROOT / "solutions" / chapter / f"{chapter}.ipynb").read_text(encoding="utf-8"))
-    public = set()
-    for lang in LANGS:
-        folder = ROOT / "notebooks" / ("" if lang == "en" else lang) / chapter
-        student = json.loads((folder / f"{chapter}.ipynb").read_text(encoding="utf-8"))
-        public |= {ln.strip() for c in student["cells"] for ln in _cell_source(c).splitlines()}
+    public = [_public_text()]
     secret = []
+    for lang in LANGS if executed else []:
+        run = json.loads(executed_path(executed, chapter, lang).read_text(encoding="utf-8"))
+        for cell in run["cells"]:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            (secret if meta.get("solution") or meta.get("grade") else public).append(_outputs_text(cell))
+    secret = "\n".join(secret).splitlines()
+    public = "\n".join(public)
     for cell in solution["cells"]:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         source = _cell_source(cell)
@@ -142,7 +163,7 @@ def test_no_hidden_test_or_solution_appears_in_the_site(site):
     text = _site_text(site["out"])
     assert 'raise NotImplementedError("Exercise not done yet' in text, "the code text is readable"
     for chapter in site["chapters"]:
-        secret = _secret_lines(chapter)
+        secret = _secret_lines(chapter, site["executed"])
         assert len(secret) >= 5, f"{chapter}: found too few hidden or solution lines to check"
         leaked = [ln for ln in secret if ln in text]
         assert not leaked, f"{chapter}: hidden-test or solution lines in the site: {leaked[:5]}"
