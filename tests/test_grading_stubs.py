@@ -202,3 +202,56 @@ def test_a_blocked_name_that_is_not_a_helper_function_is_one_clear_error():
         resolve({"cells": [cell]}, "from helpers import roofline", package)
     with pytest.raises(CourseError, match="do not import"):
         resolve({"cells": [cell]}, "", package)
+
+
+# ------------------------------------------------------- hidden inputs built by an exercised helper
+
+def _blocked_names(tree) -> set[str]:
+    import ast
+
+    return {a.value for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute) and node.func.attr == "blocked"
+            for a in node.args[1:] if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+
+
+def _unblocked_calls_of_blocked_helpers(hidden_parts: list[str]) -> list[str]:
+    """Calls, in hidden parts, of a helper some exercise of the chapter blocks, made outside a
+    ``checks.blocked`` block and outside an ``expect=`` lambda. The reference run records such a
+    call for replay, and the kernel can read the hidden source: the recorded arguments and result
+    then answer an exercise (``make_claim(bug, ...)`` named each claim's bug)."""
+    import ast
+
+    trees = [ast.parse(part) for part in hidden_parts]
+    names = set().union(set(), *(_blocked_names(t) for t in trees))
+    found = []
+    for tree in trees:
+        safe = set()
+        for node in ast.walk(tree):
+            in_block = isinstance(node, ast.With) and any(
+                isinstance(i.context_expr, ast.Call) and getattr(i.context_expr.func, "attr", "") == "blocked"
+                for i in node.items)
+            if isinstance(node, ast.Lambda) or in_block:
+                safe |= {id(n) for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and id(node) not in safe:
+                func = node.func
+                if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) in names:
+                    found.append(ast.unparse(node)[:100])
+    return found
+
+
+def test_no_hidden_input_is_built_by_an_exercised_helper():
+    from trainperf.grading.hidden import HIDDEN_MARKERS, split_hidden
+
+    for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        parts = [HIDDEN_MARKERS.sub("", split_hidden("".join(c["source"]))[1]) for c in cells]
+        found = _unblocked_calls_of_blocked_helpers([p for p in parts if p.strip()])
+        assert not found, f"{path.parent.name}: hidden inputs built by a blocked helper: {found}"
+
+
+def test_the_hidden_input_check_finds_such_a_call():
+    part = ('hidden = [mfu.make_claim(bug) for bug in mfu.MFU_BUGS]\n'
+            'with checks.blocked(mfu, "make_claim"):\n    got = [f(c) for c in hidden]\n'
+            'checks.hidden.equal(got, "x", expect=lambda: mfu.make_claim("none"))\n')
+    assert _unblocked_calls_of_blocked_helpers([part]) == ["mfu.make_claim(bug)"]
