@@ -107,6 +107,11 @@ def test_run_does_not_interrupt_the_kernel_it_shuts_down(tmp_path, capfd):
     nbformat.write(nb, tmp_path / "probe.ipynb")
     execute(tmp_path / "probe.ipynb", tmp_path / "stock.ipynb", {}, 60,
             kernel_manager_class=AsyncKernelManager)
-    assert "SIGINT reached the kernel" in capfd.readouterr().err, "the probe must see the stock SIGINT"
+    # the stock SIGINT shows as the probe's line, or, when it lands while the kernel is still in
+    # its message handler (a busy machine; seen in CI), as the very line learners reported
+    signs = ("SIGINT reached the kernel", "KeyboardInterrupt caught in kernel")
+    stock = capfd.readouterr().err
+    assert any(sign in stock for sign in signs), f"the probe must see the stock SIGINT: {stock!r}"
     execute(tmp_path / "probe.ipynb", tmp_path / "quiet.ipynb", {}, 60)
-    assert "SIGINT reached the kernel" not in capfd.readouterr().err
+    quiet = capfd.readouterr().err
+    assert not any(sign in quiet for sign in signs), quiet
