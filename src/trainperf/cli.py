@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from .course import CourseError, chapters, find_root
+from .course import CourseError, chapters, find_root, require_languages
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -129,18 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             from .run import run
 
+            require_languages(root, args.lang)  # before torch loads, like an unknown chapter
             device = args.device
             if device == "auto":
                 import torch
 
                 device = "cuda" if torch.cuda.is_available() else "cpu"
             out = args.out if args.out.is_absolute() else Path.cwd() / args.out
-            from .i18n import languages
-
-            known = ["en", *languages(root)]
-            for lang in args.lang:
-                if lang not in known:
-                    raise CourseError(f"unknown language {lang!r}: the course has {', '.join(known)}.")
             results = run(root, wanted, out, device=device, quick=args.quick,
                           jobs=args.jobs, cell_timeout=args.cell_timeout, langs=tuple(args.lang))
             return 0 if all(r.status == "ok" for r in results) else 1

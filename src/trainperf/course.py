@@ -47,6 +47,17 @@ def chapters(root: Path, wanted: list[str] | None = None) -> list[str]:
     return picked
 
 
+def require_languages(root: Path, langs: list[str]) -> list[str]:
+    """``langs`` if the course has each (English, and every folder of ``i18n/``), else one line."""
+    from .i18n import languages
+
+    known = ["en", *languages(root)]
+    for lang in langs:
+        if lang not in known:
+            raise CourseError(f"unknown language {lang!r}: the course has {', '.join(known)}.")
+    return langs
+
+
 def chapter_notebook(root: Path, chapter: str) -> Path:
     """The one notebook of a chapter in ``solutions/``."""
     notebooks = sorted((root / "solutions" / chapter).glob("*.ipynb"))

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .course import CourseError, chapters
+from .course import CourseError, chapters, require_languages
 from .run import executed_path
 
 PLACEHOLDER_URL = "https://github.com/trainperf/trainperf-course"  # pyproject's [project.urls]
@@ -91,11 +91,6 @@ def launch_links(repo_url: str, notebook: str) -> dict[str, str]:
     owner, name = match.groups()
     return {"Colab": f"https://colab.research.google.com/github/{owner}/{name}/blob/{BRANCH}/{notebook}",
             "Binder": f"https://mybinder.org/v2/gh/{owner}/{name}/{BRANCH}?labpath={notebook}"}
-
-
-def _source(cell: dict[str, Any]) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
 
 
 def _is_exercise(cell: dict[str, Any]) -> bool:
@@ -311,12 +306,11 @@ def build_site(root: Path, out: Path, langs: list[str], wanted: list[str] | None
                executed_dir: Path | None = None, repo_url: str | None = None) -> list[str]:
     """Build the site into ``out`` (``out/<lang>/``, and ``out/index.html`` choosing one);
     returns the warnings to print (the placeholder repository URL)."""
-    from . import i18n
-
-    known = ["en", *i18n.languages(root)]
+    require_languages(root, langs)
     for lang in langs:
-        if lang not in known or lang not in TEXT:
-            raise CourseError(f"unknown language {lang!r}: the site has {', '.join(known)}.")
+        if lang not in TEXT:  # a new translation needs its page texts here too
+            raise CourseError(f"the site has no page texts for {lang!r} yet: add them to TEXT in "
+                              "src/trainperf/site.py.")
     try:
         import myst_nb  # noqa: F401
         import sphinx_book_theme  # noqa: F401
