@@ -330,11 +330,17 @@ def poke_every_control(view, label: str) -> list[str]:
     done = []
     for i in range(view.locator(".widget-dropdown select").count()):
         select = view.locator(".widget-dropdown select").nth(i)
-        options = select.locator("option").all_inner_texts()
+        # a change to an earlier control can make the kernel send this dropdown new options
+        # (seen in CI: "did not find some options"); choose from a list that has settled
+        options, settled = None, select.locator("option").all_inner_texts()
+        while options != settled:
+            options = settled
+            view.page.wait_for_timeout(300)
+            settled = select.locator("option").all_inner_texts()
         current = select.input_value()
         target = next(o for o in reversed(options) if o != current)
         before = _snapshot(view)
-        select.select_option(label=target)
+        select.select_option(index=options.index(target))
         _wait_change(view, before, f"{label}: dropdown -> {target!r}")
         done.append(f"dropdown {current!r} -> {target!r}")
     sliders = view.locator(".widget-slider")
