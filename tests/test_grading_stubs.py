@@ -204,6 +204,24 @@ def test_a_blocked_name_that_is_not_a_helper_function_is_one_clear_error():
         resolve({"cells": [cell]}, "", package)
 
 
+def test_a_library_function_is_switched_off_in_process_and_not_stubbed():
+    """A prediction exercise blocks the means of measuring it (ch 7: ``torch.compile``): such a
+    name is not a helper, so no stubbed copy is made for it, but the in-process block holds."""
+    import torch
+
+    from helpers import checks
+
+    cell = {"cell_type": "code", "metadata": {"nbgrader": {"grade": True, "grade_id": "ex4_x_test"}},
+            "source": "x = 1\n### BEGIN HIDDEN TESTS\nwith checks.blocked(torch, 'compile'), "
+                      "checks.blocked(roofline, 'intensity'):\n    pass\n### END HIDDEN TESTS\n"}
+    package = (ROOT / "src" / "helpers").resolve()
+    stubs = resolve({"cells": [cell]}, "from helpers import roofline", package)
+    assert stubs.names() == ["helpers.roofline.intensity"]
+    with checks.blocked(torch, "compile"), pytest.raises(RuntimeError, match="torch.compile"):
+        torch.compile(lambda x: x)
+    assert torch.compile(lambda x: x, backend="eager") is not None  # restored after the block
+
+
 # ------------------------------------------------------- hidden inputs built by an exercised helper
 
 def _blocked_names(tree) -> set[str]:
