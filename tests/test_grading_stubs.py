@@ -55,7 +55,9 @@ MODULE = textwrap.dedent('''
 def test_stub_module_removes_the_function_and_the_private_pieces_only_it_uses():
     out = stub_module(MODULE, {"exercise": "helpers.m.exercise is exercise 4",
                                "Box.total": "helpers.m.Box.total is exercise 5"}, set(), "helpers.m")
-    assert "x * y" not in out and "_deeper(x)" not in out and "x + 1" not in out and "41 + 1" not in out
+    assert "x * y" not in out and "return _deeper(x)" not in out
+    assert "x + 1" not in out and "41 + 1" not in out
+    assert "def exercise(x, y=2):" in out  # the parameters stay: a call is replayed by their values
     assert "return x - 1" in out and "def other(x):" in out and "LIMIT = 3" in out  # the rest stays
     assert "removed_for_grading('helpers.m._only_mine', 4" in out
     assert "removed_for_grading('helpers.m._deeper', 4" in out
@@ -99,17 +101,33 @@ def test_a_trusted_call_replays_and_another_does_not(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINPERF_REPLAY", str(tmp_path))
     monkeypatch.setenv("TRAINPERF_REPLAY_WRITE", "1")
     monkeypatch.setattr(checks, "_replay", checks._Replay())
-    square = checks.recorded_for_grading("helpers.m.square", lambda x: x * x)
+
+    def power(x, *rest, n=2):  # a keyword-only after *args: locals() lists it before rest
+        return x ** n
+
+    square = checks.recorded_for_grading("helpers.m.power", power)
     assert square(torch.arange(3)).tolist() == [0, 1, 4] and square(5) == 25
     checks._replay.in_expect = True
     square(7)  # an expected value: never recorded
     checks._replay.in_expect = False
     monkeypatch.setattr(checks, "_replay", checks._Replay())
-    assert checks.removed_for_grading("helpers.m.square", 2, (5,)) == 25
-    assert checks.removed_for_grading("helpers.m.square", 2, (torch.arange(3),)).tolist() == [0, 1, 4]
-    for other in (7, 6):
+    assert checks.removed_for_grading("helpers.m.power", 2, (), {"x": 5, "rest": (), "n": 2}) == 25
+    replayed = checks.removed_for_grading("helpers.m.power", 2, (), {"x": torch.arange(3), "rest": (),
+                                                                     "n": 2})
+    assert replayed.tolist() == [0, 1, 4]
+    for other in ({"x": 7, "rest": (), "n": 2}, {"x": 6, "rest": (), "n": 2}, {"x": 5, "rest": (), "n": 3}):
         with pytest.raises(RuntimeError, match="exercise 2"):
-            checks.removed_for_grading("helpers.m.square", 2, (other,))
+            checks.removed_for_grading("helpers.m.power", 2, (), other)
+    # the graded kernel's stub keeps the parameters: positional, keyword and default spellings
+    # of the recorded call all replay it
+    stubbed = stub_module("def power(x: int, *rest: int, n: int = 2) -> int:\n    return x ** n\n",
+                          {"power": "helpers.m.power is exercise 2"}, set(), "helpers.m")
+    namespace: dict = {}
+    exec(compile(stubbed, "<stub>", "exec"), namespace)
+    calls = [((5,), {}), ((), {"x": 5}), ((5,), {"n": 2})]
+    assert [namespace["power"](*a, **k) for a, k in calls] == [25, 25, 25]
+    with pytest.raises(RuntimeError, match="exercise 2"):
+        namespace["power"](5, 3)
 
 
 def test_replay_keys_are_the_same_in_every_process():

@@ -319,7 +319,7 @@ class _Replay:
         pickler = Canonical(buffer, protocol=4)
         pickler.fast = True  # no memo: equal values give equal bytes, shared or not
         try:
-            pickler.dump((name, args, kwargs))
+            pickler.dump((name, args, sorted(kwargs.items())))  # by name: a stub's locals() order differs
         except Exception:  # noqa: BLE001 — an argument that does not pickle has no key
             return None
         return hashlib.sha256(buffer.getvalue()).hexdigest()
@@ -383,10 +383,25 @@ def recorded_for_grading(qualified_name: str, function: Callable[..., Any]) -> C
             result = function(*args, **kwargs)
         finally:
             _replay.depth -= 1
-        _replay.store(qualified_name, args, kwargs, result)
+        values = _parameter_values(function, args, kwargs)
+        if values is not None:  # by parameter, as the graded kernel's stub looks it up
+            _replay.store(qualified_name, (), values, result)
         return result
 
     return wrapper
+
+
+def _parameter_values(function: Callable[..., Any], args: tuple, kwargs: dict) -> dict | None:
+    """``{parameter: value}`` of a call, defaults filled in: the same for ``f(x, 2)`` and
+    ``f(x, n=2)``, and equal to the stub's ``locals()`` (see :mod:`trainperf.grading.stubs`)."""
+    import inspect
+
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return None
+    bound.apply_defaults()
+    return dict(bound.arguments)
 
 
 def removed_for_grading(qualified_name: str, exercise: int, args: tuple = (),

@@ -17,6 +17,7 @@ need, see :mod:`trainperf.prune`).
 from __future__ import annotations
 
 import ast
+import copy
 import importlib
 import re
 import shutil
@@ -168,11 +169,18 @@ _CHECKS = "__import__('helpers.checks', fromlist=['_'])"
 
 
 def _stub_source(node: ast.FunctionDef | ast.AsyncFunctionDef, label: str) -> list[str]:
-    """The def line of ``node`` with a body that replays a trusted call or raises."""
+    """``node``'s parameters (defaults kept, annotations dropped) with a body that replays a
+    trusted call or raises. The call is looked up by its parameters' values, so a learner's
+    ``estimate(config, b, s, plan=p)`` finds what the reference's ``estimate(config, b, s, p)``
+    got (the reference records through ``inspect.signature(...).bind`` the same way)."""
     name, _, exercise = label.partition(" is exercise ")
     pad = " " * node.col_offset
-    return [f"{pad}def {node.name}(*args, **kwargs):",
-            f"{pad}    return {_CHECKS}.removed_for_grading({name!r}, {int(exercise or 0)}, args, kwargs)"]
+    params = copy.deepcopy(node.args)
+    for arg in [*params.posonlyargs, *params.args, *params.kwonlyargs, params.vararg, params.kwarg]:
+        if arg is not None:
+            arg.annotation = None
+    call = f"{_CHECKS}.removed_for_grading({name!r}, {int(exercise or 0)}, (), dict(locals()))"
+    return [f"{pad}def {node.name}({ast.unparse(params)}):", f"{pad}    return {call}"]
 
 
 def stub_module(text: str, qualnames: dict[str, str], imported_elsewhere: set[str],
