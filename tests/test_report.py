@@ -432,15 +432,23 @@ def test_shipped_recordings_are_labelled_and_consistent(name):
     stored = json.loads(path.read_text())
     rep = report.recorded_report(name)
     assert rep.recorded["date"] and "CPU" in rep.recorded["where"] and rep.hardware["device"] == "cpu"
+    for key in ("command", "device_model", "threads", "torch", "commit"):  # the header's provenance
+        assert rep.recorded.get(key) not in (None, ""), (name, key)
     assert [r["name"] for r in rep.rows][:2] == ["baseline", "no_sync"] and len(rep.rows) == 7
+    by_name = {r["name"]: r for r in rep.rows}
     for old, new in zip(stored["rows"], rep.rows, strict=True):  # derived numbers recompute the same
-        for key in ("mfu", "hfu", "bottleneck", "stalled", "data_ratio", "decision"):
+        for key in ("mfu", "hfu", "bottleneck", "stalled", "data_ratio", "decision", "vs_baseline",
+                    "vs_previous", "flags"):
             assert old[key] == new[key] or old[key] == pytest.approx(new[key]), (name, old["name"], key)
-        # recorded before interleaved comparisons: deltas as stored, no verdict to read "improved" from
-        vs_old, vs_new = dict(old["vs_baseline"]), dict(new["vs_baseline"])
-        assert vs_new.pop("time_improved") is None and "speed" not in new
-        vs_old.pop("time_improved")
-        assert vs_old == pytest.approx(vs_new), (name, old["name"])
+        if new["name"] == "baseline":
+            continue
+        # every change was decided by an interleaved comparison with the configuration it was tried on
+        speed = new["speed"]
+        assert speed["verdict"] in ("faster", "slower", "within noise") and speed["pairs"] >= 10, new["name"]
+        assert speed["low"] <= speed["speedup"] <= speed["high"], new["name"]
+        before = by_name[new["tried_on"]]
+        assert new["decision"] == report.decide(new["loss_change"], before["memory_mb"], new["memory_mb"],
+                                                speed["verdict"] == "faster", new["loss_tolerance"], None)
     readme = (ROOT / "src/helpers/data/capstone_recorded_README.md").read_text()
     assert document.RECORDED[name] in readme and rep.recorded["date"] in readme
 
@@ -481,6 +489,14 @@ def test_each_flag_fires_on_its_case():
     short["config"].update(prefetch_factor=2, windows=5)
     assert rules.flags(short) == []
     assert runner.derive(noisy)["flags"] and "check:" in document.table_row(runner.derive(noisy))[-1]
+    # the interleaved verdict says faster, the medians timed apart say slower (and the reverse)
+    for verdict, timed in (("faster", 12.4), ("slower", 11.6)):
+        row = dict(fake_row("fused", timed, timed - 0.3, timed + 0.3), speed={"verdict": verdict})
+        assert any(f"disagree with the interleaved verdict '{verdict}'" in f for f in rules.flags(row, base))
+        agreeing = dict(row, step_time_ms=24.0 - timed)
+        assert not any("disagree" in f for f in rules.flags(agreeing, base))
+    within = dict(fake_row("fused", 12.4, 12.1, 12.7), speed={"verdict": "within noise"})
+    assert not any("disagree" in f for f in rules.flags(within, base))
 
 
 def test_the_quick_baselines_time_long_enough_for_their_loader_queue():

@@ -152,7 +152,9 @@ def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> 
       before timing, can hide a slow loader);
     * given the row it was tried on: a saving larger than the time of the phases the change acts
       on (:data:`TOUCHES`), or a phase it does not act on moving by more than 20 % of itself and
-      5 % of the step.
+      5 % of the step;
+    * given that row and an interleaved verdict: the two medians, timed apart, pointing the other
+      way (the load changed between the runs; the verdict is the comparison to read).
     """
     out = []
     timed, phases = row["step_time_ms"], row["phases_ms"]
@@ -185,4 +187,11 @@ def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> 
             if p not in touched and abs(moved) > FLAG_SHARE * before[p] and \
                     abs(moved) > 0.05 * previous["step_time_ms"]:
                 out.append(f"{p} moved {moved:+.2f} ms though the change does not act on it")
+    verdict = (row.get("speed") or {}).get("verdict")
+    if previous is not None and verdict in ("faster", "slower"):
+        before = previous["step_time_ms"]
+        if (verdict == "faster") != (timed < before):
+            out.append(f"timed apart, the medians ({before:.2f} -> {timed:.2f} ms) disagree with the "
+                       f"interleaved verdict '{verdict}': the load changed between the runs; read the "
+                       "verdict")
     return out
