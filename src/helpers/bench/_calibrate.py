@@ -40,12 +40,12 @@ def _workload(size: int, multiplies: int):
     return run
 
 
-def _trials(label: str, baseline, tuned, trials: int, max_seconds: float) -> dict:
+def _trials(label: str, baseline, tuned, trials: int, max_seconds: float, threads: int | None) -> dict:
     verdicts: Counter = Counter()
     speedups, widths = [], []
     start = time.perf_counter()
     for _ in range(trials):
-        result = compare_speed(baseline, tuned, max_seconds=max_seconds)
+        result = compare_speed(baseline, tuned, max_seconds=max_seconds, threads=threads)
         verdicts[result.verdict] += 1
         speedups.append(result.speedup)
         widths.append(result.interval_width)
@@ -61,15 +61,17 @@ def _line(row: dict) -> str:
             f"median speed-up {row['median_speedup']:.2f}x, median interval width {row['median_width']:.0%}")
 
 
-def calibrate(trials: int = 40, hog: int = 1, max_seconds: float = 2.0, size: int = 192) -> tuple[dict, dict]:
-    """Run the A/A and the 1.5x trials (with ``hog`` busy processes beside them)."""
+def calibrate(trials: int = 40, hog: int = 1, max_seconds: float = 2.0, size: int = 192,
+              threads: int | None = None) -> tuple[dict, dict]:
+    """Run the A/A and the 1.5x trials (with ``hog`` busy processes beside them) at ``threads``
+    CPU threads (default: torch's setting)."""
     spinners = [mp.get_context("spawn").Process(target=_spin, daemon=True) for _ in range(hog)]
     for p in spinners:
         p.start()
     try:
         same = _workload(size, 3)
-        aa = _trials("A/A", same, same, trials, max_seconds)
-        bb = _trials("1.5x", _workload(size, 3), _workload(size, 2), trials, max_seconds)
+        aa = _trials("A/A", same, same, trials, max_seconds, threads)
+        bb = _trials("1.5x", _workload(size, 3), _workload(size, 2), trials, max_seconds, threads)
     finally:
         for p in spinners:
             p.terminate()
@@ -87,13 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     cal.add_argument("--max-seconds", type=float, default=2.0,
                      help="time budget of one comparison (default 2)")
     cal.add_argument("--size", type=int, default=192, help="matrix size of the workload (default 192)")
+    cal.add_argument("--threads", type=int, default=None,
+                     help="CPU threads of both sides (default: torch's setting); with a hog on a small "
+                          "machine, compare the cores left free")
     args = parser.parse_args(argv)
-    if args.trials < 1 or args.hog < 0 or not args.max_seconds > 0 or args.size < 8:
-        print("error: need --trials >= 1, --hog >= 0, --max-seconds > 0 and --size >= 8", file=sys.stderr)
+    if args.trials < 1 or args.hog < 0 or not args.max_seconds > 0 or args.size < 8 or \
+            (args.threads is not None and args.threads < 1):
+        print("error: need --trials >= 1, --hog >= 0, --max-seconds > 0, --size >= 8 and --threads >= 1",
+              file=sys.stderr)
         return 2
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.hog} hog process(es), "
+    threads = args.threads or torch.get_num_threads()
+    print(f"torch {torch.__version__}, {threads} threads, {args.hog} hog process(es), "
           f"{args.trials} trials of each kind, {args.max_seconds:g} s per comparison")
-    aa, bb = calibrate(args.trials, args.hog, args.max_seconds, args.size)
+    aa, bb = calibrate(args.trials, args.hog, args.max_seconds, args.size, threads)
     false_rate = 1 - aa["verdicts"]["within noise"] / aa["trials"]
     detected = bb["verdicts"]["faster"] / bb["trials"]
     print(_line(aa))

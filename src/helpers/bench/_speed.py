@@ -32,7 +32,10 @@ from ._timing import Measurement, resolve_device, synchronize
 
 VERDICTS = ("faster", "slower", "within noise")
 _BOOTSTRAP_DRAWS = 2000
-_MIN_SAMPLE_S = 2e-3  # a sample shorter than this is mostly timer and call overhead
+# A sample shorter than this is mostly timer overhead or one scheduler time slice: on a busy
+# 2-core CPU, 2 ms samples gave A/A intervals 7x wide, 20 ms samples 25 % (python -m helpers.bench
+# calibrate, 10 trials each, one hog process).
+_MIN_SAMPLE_S = 20e-3
 
 
 @dataclass(frozen=True)
