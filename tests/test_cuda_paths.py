@@ -524,7 +524,8 @@ def test_compare_plans_on_a_gpu_reads_each_plans_cuda_peak(gpu, allocator, monke
     gpu.tick_ms = 1.0
     rows = checkpointing.compare_plans("tiny", 2, 16, ["none", "every"], device="cuda", iters=2, warmup=1)
     assert [r.cuda_peak for r in rows] == [9_000, 3_000]  # each plan's own peak, read after a reset
-    assert all(set(r.step.samples) == {0.001} for r in rows)  # CUDA events, not the host clock
+    # CUDA events, not the host clock: each sample is the 1 ms between two records over its calls
+    assert all(s == pytest.approx(0.001 / r.step.meta["number"]) for r in rows for s in r.step.samples)
     assert rows[1].vs_none.verdict == "within noise" and rows[1].vs_none.device == "cuda"
     resets = [i for i, e in enumerate(gpu.log) if e == "reset_peak"]
     assert len(resets) == 2 and gpu.log[resets[1] + 1] == "work"  # cuda_memory: reset, then the step
@@ -561,28 +562,24 @@ def test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak(gpu, monk
         result.copy_bandwidth = 3.9e12
         return result
 
-    runs = []
-
-    def fake_training(cfg, batch_size, device, autocast, warmup, iters, peak, quick):
-        runs.append((cfg, str(device), autocast, peak.flops))
-        seconds = {None: 0.30, "bf16": 0.12}[autocast]
-        return types.SimpleNamespace(step=Measurement([seconds] * 3, 1.0, "cuda"), model_flops_per_step=3e13)
-
     monkeypatch.setattr(hardware, "measure_device", fake_measure_device)
-    monkeypatch.setattr(mfu, "measure_training", fake_training)
     from helpers.precision import _training
 
     built = []
-    monkeypatch.setattr(_training, "_dtype_steps", lambda cfg, dev: built.append(str(dev)) or {
+    monkeypatch.setattr(_training, "_dtype_steps", lambda cfg, dev: built.append(("steps", str(dev))) or {
         "fp32": lambda: gpu.work(0.30), "bf16": lambda: gpu.work(0.12)})
+    monkeypatch.setattr(_training, "_dtype_gemms", lambda n, dev: built.append(("gemms", n, str(dev))) or {
+        "fp32": lambda: gpu.work(0.14), "bf16": lambda: gpu.work(0.01)})
     result = precision.measure_speedups("cuda")
-    assert built == ["cuda"] and result.step_speed.device == "cuda" and result.step_speed.verdict == "faster"
+    assert built == [("gemms", 4096, "cuda"), ("steps", "cuda")]
+    assert result.step_speed.device == "cuda" and result.step_speed.verdict == "faster"
     assert asked == {"device": "cuda", "dtypes": ["fp32", "bf16"]}
-    gpt2 = models.get_config("gpt2-small", seq_len=512)
-    # each step is divided by the datasheet dense peak of its own dtype: bf16 = tensor cores
-    assert runs == [(gpt2, "cuda", None, 67e12), (gpt2, "cuda", "bf16", 989.5e12)]
     assert result.peaks == {"fp32": 67e12, "bf16": 989.5e12} and result.bandwidth == 4.8e12
     assert result.step_speedup == pytest.approx(2.5) and result.gemm_speedup == pytest.approx(14.0)
+    gpt2 = models.get_config("gpt2-small", seq_len=512)
+    flops = mfu.model_flops_per_step(gpt2, 8, 512)  # the fake device's work is in ms
+    assert result.step_s == {"fp32": pytest.approx(0.30e-3), "bf16": pytest.approx(0.12e-3)}
+    assert result.step_flops == {"fp32": pytest.approx(flops / 0.30e-3), "bf16": pytest.approx(flops / 0.12e-3)}
     text = result.format()
     assert "datasheet (helpers.hardware)" in text and f"{700e12 / 989.5e12:.0%} of the bf16 peak" in text
     ax = precision.plot_speedups(result)

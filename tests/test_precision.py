@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import types
 
 import pytest
 import torch
@@ -266,7 +265,7 @@ def test_plots_draw_without_a_display():
 
 
 def test_speedups_on_a_cpu_use_measured_roofs(monkeypatch):
-    from helpers import hardware, mfu
+    from helpers import hardware, mfu, models
     from helpers.bench import Measurement
 
     def fake_measure_device(device, dtypes, quick):
@@ -275,31 +274,30 @@ def test_speedups_on_a_cpu_use_measured_roofs(monkeypatch):
         m.copy_bandwidth = 2e10
         return m
 
-    runs = []
-
-    def fake_training(cfg, batch_size, device, autocast, warmup, iters, peak, quick):
-        runs.append((cfg.name, autocast, peak.flops))
-        seconds = {None: 0.02, "bf16": 0.016}[autocast]
-        return types.SimpleNamespace(step=Measurement([seconds] * 3, 0.1, "cpu"), model_flops_per_step=1e9)
-
     monkeypatch.setattr(hardware, "measure_device", fake_measure_device)
-    monkeypatch.setattr(mfu, "measure_training", fake_training)
     from helpers.precision import _training
 
     compared = []
 
     def fake_compare(fp32, bf16, **kw):
-        compared.append(kw["names"])
+        compared.append((kw["names"], kw["min_pairs"]))
+        if len(compared) == 1:  # the GEMMs
+            return bench.SpeedComparison(3.0, 2.8, 3.2, "faster", 10, Measurement([0.03] * 3, 0.1, "cpu"),
+                                         Measurement([0.01] * 3, 0.1, "cpu"), 2, "cpu", kw["names"])
         return bench.SpeedComparison(1.25, 1.2, 1.3, "faster", 12, Measurement([0.02] * 3, 0.1, "cpu"),
                                      Measurement([0.016] * 3, 0.1, "cpu"), 2, "cpu", kw["names"])
     monkeypatch.setattr(_training, "compare_speed", fake_compare)
-    result = precision.measure_speedups("cpu")
-    assert compared == [("fp32", "bf16")]
-    assert runs == [("tiny", None, 1e11), ("tiny", "bf16", 3e11)]
+    result = precision.measure_speedups("cpu", iters=3)
+    assert compared == [(("fp32", "bf16"), 10)] * 2  # never fewer than 10 pairs
     assert result.peaks == {} and result.bandwidth == 2e10
     assert result.gemm_speedup == pytest.approx(3.0) and result.step_speedup == pytest.approx(1.25)
+    # the step times shown are the interleaved pairs' medians, so they cannot contradict the verdict
+    assert result.step_s == {"fp32": pytest.approx(0.02), "bf16": pytest.approx(0.016)}
+    flops = mfu.model_flops_per_step(models.get_config("tiny"), 8, models.get_config("tiny").seq_len)
+    assert result.step_flops["bf16"] == pytest.approx(flops / 0.016)
     assert "no datasheet" in result.format()
     said = ("training step: 1.25x (95 % interval 1.20x to 1.30x, 12 interleaved pairs): "
             "bf16 is faster than fp32")
     assert said in result.format()
+    assert "GEMM: 3.00x (95 % interval 2.80x to 3.20x, 10 interleaved pairs)" in result.format()
     assert len(precision.plot_speedups(result).lines) >= 4

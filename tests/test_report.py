@@ -383,9 +383,18 @@ def test_tuning_steps_and_baselines():
 def _report(tmp_path=None):
     rows = [runner.derive(fake_row("baseline", 10, 9, 11, data=(5.0, 5.0)))]
     rows[0]["decision"] = "baseline"
-    rows.append(runner.derive(fake_row("workers", 6, 5.5, 7, tried_on="baseline"), baseline=rows[0],
-                              previous=rows[0]))
+    workers = dict(fake_row("workers", 6, 5.5, 7, tried_on="baseline"),
+                   speed={"verdict": "faster", "speedup": 1.6, "low": 1.5, "high": 1.7, "pairs": 10})
+    rows.append(runner.derive(workers, baseline=rows[0], previous=rows[0]))
     return report.build_report(rows, recorded={"date": "2026-01-01", "where": "a test"})
+
+
+def test_a_change_with_no_interleaved_verdict_is_not_kept():
+    """Medians timed apart never make a change "faster": without a verdict it is reverted."""
+    base = runner.derive(fake_row("baseline", 10, 9, 11))
+    lower_median = runner.derive(fake_row("workers", 6, 5.5, 7, tried_on="baseline"), baseline=base,
+                                 previous=base)
+    assert lower_median["faster"] is False and lower_median["decision"] == "revert"
 
 
 def test_report_has_the_template_sections_and_reads_back(tmp_path):
@@ -407,7 +416,8 @@ def test_reading_back_recomputes_derived_numbers(tmp_path):
     rep = _report()
     data = json.loads(rep.to_json())
     data["rows"][1]["mfu"] = 0.99  # a stale or edited derived number
-    data["rows"][1]["step_time_ms"] = 20.0  # a measured number changed: the decision follows
+    data["rows"][1]["step_time_ms"] = 20.0  # a measured number changed: MFU and the flags follow
+    data["rows"][1]["speed"]["verdict"] = "within noise"  # and so does the decision
     (tmp_path / "report.json").write_text(json.dumps(data))
     back = report.read_report(tmp_path / "report.json")
     assert back.rows[1]["mfu"] == pytest.approx(report.mfu_hfu(back.rows[1], 1e13)[0])

@@ -433,15 +433,24 @@ def _ranks(own_by_rank, exposed=20.0):
                 for own in times] for r, times in own_by_rank.items()}
 
 
-def test_a_straggler_must_lead_in_every_step_and_beyond_the_floor():
+def test_a_straggler_leads_beyond_the_floor_and_the_steps_spread():
     assert tl.straggler(_ranks({0: [40.0, 41.0, 39.0], 1: [20.0, 21.0, 20.0]})) == 0
-    # one step where the other rank was slower: the lead is noise, the run is balanced
+    # the other rank was slower in one step: the spread swallows the lead, the run is balanced
     assert tl.straggler(_ranks({0: [100.0, 60.0], 1: [50.0, 90.0]})) is None
     # behind in every step, but by 3 % of its own time: under the 5 % floor
     assert tl.straggler(_ranks({0: [100.0, 101.0, 102.0], 1: [97.0, 98.0, 99.0]})) is None
     assert tl.straggler(_ranks({0: [10.0]})) is None  # one rank: nobody waits for it
     e = tl.straggler_evidence(_ranks({3: [10.0, 12.0, 11.0], 5: [14.0, 13.0, 12.5]}))
-    assert e["rank"] == 5 and e["steps_led"] == e["steps"] == 3
+    assert e["rank"] == 5 and e["steps"] == 3
+    leads = [4.0, 1.0, 1.5]  # rank 5's own time minus rank 3's, step by step
+    mean = sum(leads) / 3
+    sd = (sum((x - mean) ** 2 for x in leads) / 2) ** 0.5
+    assert e["lead"] == pytest.approx(mean) and e["noise"] == pytest.approx(2 * sd / 3 ** 0.5)
+    assert e["margin"] == max(e["noise"], e["floor"])
+    # ahead in every step, but by a lead the spread explains: balanced
+    assert tl.straggler(_ranks({0: [130.0, 101.0, 101.0], 1: [100.0, 100.0, 100.0]})) is None
+    # behind in one step, yet a lead well beyond the spread: a straggler
+    assert tl.straggler(_ranks({0: [99.0, 130.0, 130.0, 130.0, 130.0], 1: [100.0] * 5})) == 0
     assert e["lead"] == pytest.approx(13.1666667 - 11.0) and e["floor"] == pytest.approx(0.05 * 13.1666667)
     with pytest.raises(ValueError, match="at least one rank"):
         tl.straggler({})

@@ -230,8 +230,9 @@ def compare_plans(config: Any, batch: int, seq_len: int | None = None, plans: Se
     """Each plan on the same model, weights and batch: saved bytes (measured and predicted),
     executed FLOPs, on a GPU the peak allocated memory of one step, and its step time against
     plan ``"none"``: both timed in interleaved pairs with no hooks attached
-    (``bench.compare_speed``: at least ``iters`` pairs after ``warmup``, at most
-    ``max_seconds`` per plan), with the speed-up's interval and verdict."""
+    (``bench.compare_speed``: at least ``iters`` pairs, and never fewer than 10, after
+    ``warmup``; samples of at least 20 ms; pairs stop being added after ``max_seconds`` per
+    plan), with the speed-up's interval and verdict."""
     from . import mfu
 
     dev = resolve_device(device)
@@ -248,8 +249,8 @@ def compare_plans(config: Any, batch: int, seq_len: int | None = None, plans: Se
         if dev.type == "cuda":
             peak = memory.cuda_memory(step, device=dev, snapshot=None, history=False).peak
         facts[plan] = (saved, executed, peak)
-    speeds = {plan: compare_speed(steps["none"], steps[plan], device=dev, warmup=warmup, number=1,
-                                  min_pairs=max(3, iters), max_seconds=max_seconds, names=("none", plan))
+    speeds = {plan: compare_speed(steps["none"], steps[plan], device=dev, warmup=warmup,
+                                  min_pairs=max(10, iters), max_seconds=max_seconds, names=("none", plan))
               for plan in plans if plan != "none"}
     rows = []
     for plan in plans:
@@ -405,9 +406,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(models.describe(cfg) + f", attention {cfg.attention}, batch {args.batch}")
     print(format_plans(rows))
-    base = rows[0].step.median
-    print("step time / plan 'none' (medians of this run): "
-          + ", ".join(f"{r.plan} {r.step.median / base:.2f}x" for r in rows))
     return 0
 
 

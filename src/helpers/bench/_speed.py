@@ -148,6 +148,9 @@ class _Timer:
 def _run(baseline: Callable[[], Any], tuned: Callable[[], Any], *, device, threads, warmup, min_pairs,
          max_pairs, max_seconds, target_width, min_effect, number, per_call, names, unit, clock,
          sync) -> SpeedComparison:
+    if not (isinstance(names, tuple) and len(names) == 2 and all(isinstance(n, str) and n for n in names)
+            and names[0] != names[1]):
+        raise ValueError(f"names must be two different, non-empty labels, got {names!r}")
     for side, fn in zip(names, (baseline, tuned), strict=True):
         if not callable(fn):
             raise TypeError(f"{side} must be a function called with no arguments, got "
@@ -168,13 +171,14 @@ def _run(baseline: Callable[[], Any], tuned: Callable[[], Any], *, device, threa
     used = threads or before
     torch.set_num_threads(used)
     try:
-        cold = {}
+        cold, warm = {}, {}
         for side, fn in zip(names, (baseline, tuned), strict=True):
             cold[side] = timer(fn, 1)
-            for _ in range(warmup - 1):
-                timer(fn, 1)
-        if number is None:  # enough calls per sample that the timer's overhead does not matter
-            fastest = min(cold.values()) or 1e-9
+            warm[side] = min([cold[side]] + [timer(fn, 1) for _ in range(warmup - 1)])
+        if number is None:
+            # enough calls per sample to last _MIN_SAMPLE_S, sized from the fastest warm call (a
+            # slow first call, such as a compile, would otherwise give short, noisy samples)
+            fastest = min(warm.values()) or 1e-9
             number = 1 if fastest >= _MIN_SAMPLE_S else min(10_000, math.ceil(_MIN_SAMPLE_S / fastest))
         _whole("number", number, 1)
         samples: dict[str, list[float]] = {side: [] for side in names}
@@ -211,7 +215,13 @@ def _run(baseline: Callable[[], Any], tuned: Callable[[], Any], *, device, threa
                                   meta={"number": number, "unit": unit}) for side in names}
     return SpeedComparison(speedup, low, high, verdict_of(low, high, min_effect), len(samples[names[0]]),
                            measured[names[0]], measured[names[1]], used, str(dev), tuple(names), unit,
-                           stopped, float(min_effect), {"number": number, "max_seconds": max_seconds})
+                           stopped, float(min_effect), {"number": number, "max_seconds": max_seconds,
+                                                        "steps": per_call if unit == "step" else None})
+
+
+def _pair(names: Any) -> Any:
+    """A list or tuple of labels as a tuple (anything else is refused by :func:`_run`)."""
+    return tuple(names) if isinstance(names, (list, tuple)) else names
 
 
 def _ratios(samples: dict[str, list[float]], names: tuple[str, str]) -> list[float]:
@@ -233,13 +243,14 @@ def compare_speed(baseline: Callable[[], Any], tuned: Callable[[], Any], *,
     95 % interval of the speed-up spans no more than ``target_width`` (0.05 = 5 %) or
     ``max_seconds`` of timing are spent. ``min_effect``: a speed-up inside
     ``1 ± min_effect`` is called "within noise" even with a narrow interval. ``number``:
-    calls per sample (default: enough for a sample of a few milliseconds). ``names`` label
+    calls per sample (default: enough for a sample of at least 20 ms, sized from the fastest
+    warm-up call; a sample that short is mostly timer overhead and scheduler noise). ``names`` label
     the two sides in the printed sentence. ``clock`` and ``sync`` replace the timer and the
     device synchronization, as in :func:`helpers.bench.measure`.
     """
     return _run(baseline, tuned, device=device, threads=threads, warmup=warmup, min_pairs=min_pairs,
                 max_pairs=max_pairs, max_seconds=max_seconds, target_width=target_width,
-                min_effect=min_effect, number=number, per_call=1, names=tuple(names), unit="call",
+                min_effect=min_effect, number=number, per_call=1, names=_pair(names), unit="call",
                 clock=clock, sync=sync)
 
 
@@ -257,7 +268,7 @@ def compare_windows(baseline: Callable[[], Any], tuned: Callable[[], Any], *, st
     _whole("steps", steps, 1)
     return _run(baseline, tuned, device=device, threads=threads, warmup=warmup, min_pairs=min_pairs,
                 max_pairs=max_pairs, max_seconds=max_seconds, target_width=target_width,
-                min_effect=min_effect, number=1, per_call=steps, names=tuple(names), unit="step",
+                min_effect=min_effect, number=1, per_call=steps, names=_pair(names), unit="step",
                 clock=clock, sync=sync)
 
 

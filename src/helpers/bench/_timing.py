@@ -145,21 +145,24 @@ def measure(
 
 @dataclass(frozen=True)
 class Comparison:
-    """Baseline minus tuned: a positive delta means tuned is faster / smaller."""
+    """Baseline minus tuned: a positive delta means tuned is faster / smaller.
+
+    The step-time delta is a difference of two medians; it says how far apart they are, not
+    whether tuned is faster. Two runs timed one after the other differ by the machine's noise
+    too, so that verdict comes only from :func:`helpers.bench.compare_speed` (interleaved pairs
+    and an interval). Peak memory is counted, not timed: the same step gives the same peak, so
+    any saving is real (``memory_improved``).
+    """
 
     step_time_delta_ms: float
     peak_mem_delta_mb: float | None  # None when either side has no memory figure (CPU)
-    time_improved: bool
     memory_improved: bool | None
-    speedup: float  # baseline / tuned step time
-    beyond_noise: bool | None  # tuned's slowest sample beats baseline's fastest; None for plain numbers
 
     def __str__(self) -> str:
         mem = ("peak memory not measured on this device" if self.peak_mem_delta_mb is None
                else f"peak memory {self.peak_mem_delta_mb:+.2f} MiB saved")
-        noise = {None: "", True: ", ranges do not overlap", False: ", within run-to-run spread"}
-        return (f"step time {self.step_time_delta_ms:+.3f} ms saved (speed-up {self.speedup:.2f}x"
-                f"{noise[self.beyond_noise]}); {mem}")
+        return (f"step time {self.step_time_delta_ms:+.3f} ms saved (medians; whether that is faster "
+                f"than the noise needs bench.compare_speed); {mem}")
 
 
 def _metrics(result: Measurement | Mapping[str, Any], side: str) -> tuple[float, float | None]:
@@ -182,7 +185,7 @@ def _metrics(result: Measurement | Mapping[str, Any], side: str) -> tuple[float,
 
 def compare(baseline: Measurement | Mapping[str, Any],
             tuned: Measurement | Mapping[str, Any]) -> Comparison:
-    """Deltas baseline − tuned for step time (median, ms) and peak memory (MiB), with flags.
+    """Deltas baseline − tuned for step time (median, ms) and peak memory (MiB).
 
     Accepts two :class:`Measurement` results or two dicts
     (``{"step_time_ms": ..., "peak_mem_mb": ...}``). A peak memory that was not measured
@@ -190,13 +193,8 @@ def compare(baseline: Measurement | Mapping[str, Any],
     """
     base_ms, base_mem = _metrics(baseline, "baseline")
     tuned_ms, tuned_mem = _metrics(tuned, "tuned")
-    time_delta = base_ms - tuned_ms
     mem_delta = None if base_mem is None or tuned_mem is None else base_mem - tuned_mem
-    beyond = None
-    if isinstance(baseline, Measurement) and isinstance(tuned, Measurement):
-        beyond = tuned.max < baseline.min or baseline.max < tuned.min
-    return Comparison(time_delta, mem_delta, time_delta > 0,
-                      None if mem_delta is None else mem_delta > 0, base_ms / tuned_ms, beyond)
+    return Comparison(base_ms - tuned_ms, mem_delta, None if mem_delta is None else mem_delta > 0)
 
 
 def measure_interleaved(fns: Mapping[str, Callable[[], Any]], *, warmup: int = 2, iters: int = 10,

@@ -2,14 +2,14 @@
 
 * ``track CONFIG`` — peak memory of one steady training step by category (fake tensors).
 * ``bench`` — the same step tracked by stock ``MemTracker`` and by the course's step tracker
-  (which skips per-module peak bookkeeping): seconds for each, the speed-up, and whether the
-  peaks are identical. Measured in one run, on this machine.
+  (which skips per-module peak bookkeeping), timed in interleaved pairs: the speed-up with its
+  95 % interval and verdict, and whether the peaks are identical. Measured in one run, on this
+  machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Sequence
 
 from . import track
@@ -26,23 +26,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: context)")
         p.add_argument("--optimizer", default="adamw")
         p.add_argument("--autocast", default=None, help="bf16 or fp16 autocast (default: fp32)")
+        if name == "bench":
+            p.add_argument("--pairs", type=int, default=5, help="interleaved pairs of tracked steps (>= 3)")
     args = parser.parse_args(argv)
     try:
         if args.command == "track":
             print(track(args.config, args.optimizer, batch_size=args.batch, seq_len=args.seq,
                         autocast=args.autocast))
             return 0
+        from ..bench import compare_speed
+
         track("tiny", batch_size=2, seq_len=8)  # imports and first-call costs, outside the timing
-        timings, peaks = {}, {}
-        for label, fast in (("stock MemTracker", False), ("step tracker", True)):
-            start = time.perf_counter()
-            result = track(args.config, args.optimizer, batch_size=args.batch, seq_len=args.seq,
-                           autocast=args.autocast, _fast=fast)
-            timings[label], peaks[label] = time.perf_counter() - start, result.peak
-            print(f"{label:<17} {timings[label]:8.2f} s  peak {result.peak_total / 2**30:.3f} GiB")
-        same = peaks["stock MemTracker"] == peaks["step tracker"]
-        print(f"speed-up {timings['stock MemTracker'] / timings['step tracker']:.1f}x; "
-              f"identical peak breakdown: {same}")
+        peaks = {}
+
+        def tracked(label: str, fast: bool):
+            def run() -> None:
+                peaks.setdefault(label, []).append(track(
+                    args.config, args.optimizer, batch_size=args.batch, seq_len=args.seq,
+                    autocast=args.autocast, _fast=fast).peak)
+            return run
+        speed = compare_speed(tracked("stock MemTracker", False), tracked("step tracker", True), device="cpu",
+                              warmup=1, number=1, min_pairs=args.pairs, max_pairs=args.pairs,
+                              names=("stock MemTracker", "step tracker"))
+        print(speed)
+        same = all(p == peaks["stock MemTracker"][0] for side in peaks.values() for p in side)
+        print(f"identical peak breakdown in every run: {same}")
         return 0 if same else 1
     except (ValueError, TypeError, KeyError, RuntimeError) as exc:
         print(f"error: {exc}")

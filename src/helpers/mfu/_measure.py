@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -216,16 +217,20 @@ def measure_training(config: str | models.GPTConfig | None = None, batch_size: i
 
 
 def sweep_seq_lens(seq_lens: Sequence[int], tokens_per_batch: int, config: str | models.GPTConfig,
-                   device: str | torch.device = "auto", iters: int = 5) -> list[dict[str, float]]:
+                   device: str | torch.device = "auto", iters: int = 10) -> list[dict[str, float]]:
     """Time a training step at several sequence lengths holding tokens per step fixed.
 
-    The lengths are timed in ``iters`` rounds: each round times one step of every length, in
+    The lengths are timed in ``iters`` rounds: each round times one sample of every length, in
     an order that rotates from round to round, so a change in the machine's load hits every
-    length alike (each model is warmed up first, never timed). Returns one row per length:
-    seq_len, batch_size, step_time_s (median), step_time_min_s, step_time_max_s,
-    step_times_s (one per round) and the three rates at the median.
+    length alike (each model is warmed up first, never timed). A sample runs enough steps to
+    last at least 20 ms (sized from the fastest warm-up step), as in
+    :func:`helpers.bench.compare_speed`. Returns one row per length: seq_len, batch_size,
+    step_time_s (median), step_time_min_s, step_time_max_s, step_times_s (one per round),
+    steps_per_sample, threads and the three rates at the median.
     Read which length is faster with :func:`compare_sweep`, not from the medians alone.
     """
+    from ..bench._speed import _MIN_SAMPLE_S
+
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 3:
         raise ValueError(f"iters must be a whole number of rounds >= 3, got {iters!r}")
     dev = resolve_device(device)
@@ -236,44 +241,52 @@ def sweep_seq_lens(seq_lens: Sequence[int], tokens_per_batch: int, config: str |
         model = models.build_model(cfg, dev)
         steps.append(models.make_train_step(model, models.make_batch(cfg, batch_size, s, dev)))
         batches.append(batch_size)
-    for step in steps:  # warm-up: allocator, caches, the first call's set-up
-        measure(step, warmup=2, iters=1, device=dev)
+    numbers = []
+    for step in steps:  # warm-up: allocator, caches, the first call's set-up; never timed
+        warm = measure(step, warmup=1, iters=2, device=dev)
+        numbers.append(max(1, math.ceil(_MIN_SAMPLE_S / max(min(warm.samples), 1e-9))))
     times: list[list[float]] = [[] for _ in steps]
     for r in range(iters):
         order = [(r + k) % len(steps) for k in range(len(steps))]
         for k in order:
             synchronize(dev)
             start = time.perf_counter()
-            steps[k]()
+            for _ in range(numbers[k]):
+                steps[k]()
             synchronize(dev)
-            times[k].append(time.perf_counter() - start)
+            times[k].append((time.perf_counter() - start) / numbers[k])
     rows = []
-    for s, batch_size, samples in zip(seq_lens, batches, times, strict=True):
+    for s, batch_size, samples, number in zip(seq_lens, batches, times, numbers, strict=True):
         t = statistics.median(samples)
         rows.append({"seq_len": s, "batch_size": batch_size, "step_time_s": t,
                      "step_time_min_s": min(samples), "step_time_max_s": max(samples),
-                     "step_times_s": samples, **throughput(t, batch_size, s)})
+                     "step_times_s": samples, "steps_per_sample": number,
+                     "threads": torch.get_num_threads(), **throughput(t, batch_size, s)})
     return rows
 
 
 def compare_sweep(rows: Sequence[dict[str, float]]) -> str:
-    """One sentence on the sweep of :func:`sweep_seq_lens`: the length with the most tokens/s
-    against the one with the fewest, as a speed-up of tokens/s over the rounds (paired round by
-    round), its 95 % interval and the verdict (faster / slower / within noise)."""
+    """Sentences on the sweep of :func:`sweep_seq_lens`: each length against the first one (a
+    pair chosen before the timing, not the best and worst the samples happen to show), as a
+    speed-up of tokens/s paired round by round, its 95 % interval and the verdict (faster /
+    slower / within noise), one line each."""
     from ..bench import interval, verdict_of
 
     if len(rows) < 2 or any("step_times_s" not in r for r in rows):
         raise ValueError("give the rows of one sweep_seq_lens run (two lengths or more)")
     tokens = [r["seq_len"] * r["batch_size"] for r in rows]
-    best = max(range(len(rows)), key=lambda i: rows[i]["tokens_per_s"])
-    worst = min(range(len(rows)), key=lambda i: rows[i]["tokens_per_s"])
-    ratios = [(tokens[best] / tb) / (tokens[worst] / tw)
-              for tb, tw in zip(rows[best]["step_times_s"], rows[worst]["step_times_s"], strict=True)]
-    mid, low, high = interval(ratios)
-    verdict = verdict_of(low, high)
-    head = {"faster": f"seq {rows[best]['seq_len']} trains faster than seq {rows[worst]['seq_len']}",
-            "slower": f"seq {rows[best]['seq_len']} trains slower than seq {rows[worst]['seq_len']}",
-            "within noise": f"no difference between seq {rows[best]['seq_len']} and seq "
-                            f"{rows[worst]['seq_len']} beyond the noise"}[verdict]
-    return (f"{head}: tokens/s {mid:.2f}x (95 % interval {low:.2f}x to {high:.2f}x) over "
-            f"{len(ratios)} rounds")
+    first = rows[0]
+    lines = []
+    for i in range(1, len(rows)):
+        ratios = [(tokens[i] / t) / (tokens[0] / t0)
+                  for t, t0 in zip(rows[i]["step_times_s"], first["step_times_s"], strict=True)]
+        mid, low, high = interval(ratios)
+        verdict = verdict_of(low, high)
+        a, b = f"seq {rows[i]['seq_len']}", f"seq {first['seq_len']}"
+        head = {"faster": f"{a} trains faster than {b}", "slower": f"{a} trains slower than {b}",
+                "within noise": f"no difference between {a} and {b} beyond the noise"}[verdict]
+        lines.append(f"{head}: tokens/s {mid:.2f}x (95 % interval {low:.2f}x to {high:.2f}x) over "
+                     f"{len(ratios)} rounds")
+    threads = first.get("threads")
+    tail = f" ({threads} CPU thread{'s' * (threads != 1)})" if threads else ""
+    return "\n".join(lines) + tail

@@ -215,40 +215,36 @@ class Speedups:
     device: str
     device_name: str
     gemm_n: int
-    gemm_flops: dict[str, float]  # achieved FLOP/s per dtype key
-    step_s: dict[str, float]  # median training step time per setting
+    gemm_flops: dict[str, float]  # achieved FLOP/s per dtype key (fastest run: the measured roofs)
+    step_s: dict[str, float]  # median training step time per setting, from the interleaved pairs
     step_flops: dict[str, float]  # achieved model FLOP/s of the step
     peaks: dict[str, float]  # datasheet dense peak per dtype (GPU in the table), else empty
     bandwidth: float  # datasheet (GPU) or measured copy bandwidth (CPU), B/s
     config: str
-    step_speed: SpeedComparison | None = None  # fp32 against bf16 steps, interleaved, with a verdict
+    step_speed: SpeedComparison  # fp32 against bf16 training steps, interleaved, with a verdict
+    gemm_speed: SpeedComparison  # fp32 against bf16 GEMMs, interleaved, with a verdict
 
     @property
     def gemm_speedup(self) -> float:
-        return self.gemm_flops["bf16"] / self.gemm_flops["fp32"]
+        """fp32 GEMM time / bf16 GEMM time, from the interleaved comparison."""
+        return self.gemm_speed.speedup
 
     @property
     def step_speedup(self) -> float:
-        """fp32 step time / bf16 step time: from the interleaved comparison when there is one."""
-        if self.step_speed is not None:
-            return self.step_speed.speedup
-        return self.step_s["fp32"] / self.step_s["bf16"]
+        """fp32 step time / bf16 step time, from the interleaved comparison."""
+        return self.step_speed.speedup
 
     def format(self) -> str:
         src = "datasheet (helpers.hardware)" if self.peaks else "none: no datasheet for this device"
         lines = [f"{self.device_name} ({self.device}); peaks: {src}"]
         for key, flops in self.gemm_flops.items():
             peak = f" = {flops / self.peaks[key]:.0%} of the {key} peak" if key in self.peaks else ""
-            lines.append(f"  GEMM {self.gemm_n}^3 {key:>4}: {flops / 1e12:9.3f} TFLOP/s{peak}")
+            lines.append(f"  GEMM {self.gemm_n}^3 {key:>4}: {flops / 1e12:9.3f} TFLOP/s (fastest run){peak}")
         for key, seconds in self.step_s.items():
-            lines.append(f"  training step ({self.config}) {key:>4}: {seconds * 1e3:9.2f} ms, "
+            lines.append(f"  training step ({self.config}) {key:>4}: {seconds * 1e3:9.2f} ms (median), "
                          f"{self.step_flops[key] / 1e12:.3f} model TFLOP/s")
-        lines.append(f"  bf16 / fp32 GEMM throughput (best runs): {self.gemm_speedup:.2f}x")
-        if self.step_speed is None:
-            lines.append(f"  bf16 speed-up: training step {self.step_speedup:.2f}x")
-        else:
-            s = self.step_speed
-            lines.append(f"  bf16 speed-up, training step: {s.speedup:.2f}x (95 % interval {s.low:.2f}x to "
+        for what, s in (("GEMM", self.gemm_speed), ("training step", self.step_speed)):
+            lines.append(f"  bf16 against fp32, {what}: {s.speedup:.2f}x (95 % interval {s.low:.2f}x to "
                          f"{s.high:.2f}x, {s.pairs} interleaved pairs): bf16 is {s.verdict}"
                          + ("" if s.verdict == "within noise" else " than fp32"))
         return "\n".join(lines)
@@ -263,14 +259,26 @@ def _dtype_steps(cfg: models.GPTConfig, dev: torch.device) -> dict[str, Any]:
     return steps
 
 
-def measure_speedups(device: str | torch.device = "auto", quick: bool = True, iters: int = 5,
+def _dtype_gemms(n: int, dev: torch.device) -> dict[str, Any]:
+    """An n³ GEMM in fp32 and one in bf16, on the same random values."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+    out = {}
+    for key, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        x, y = a.to(dev, dtype), b.to(dev, dtype)
+        out[key] = lambda x=x, y=y: x @ y
+    return out
+
+
+def measure_speedups(device: str | torch.device = "auto", quick: bool = True, iters: int = 10,
                      max_seconds: float | None = None) -> Speedups:
     """Measure a GEMM and the course model's training step in fp32 and with bf16 (autocast for
     the step). On a GPU in ``helpers.hardware`` the peaks are its dense datasheet figures (bf16
     on tensor cores); on a CPU there is no datasheet, and the roofline is the measured one.
-    The step's speed-up comes from fp32 and bf16 steps timed in interleaved pairs
-    (``bench.compare_speed``, at most ``max_seconds``: 3 s quick, 15 s otherwise), with its
-    interval and verdict."""
+    Both speed-ups come from fp32 and bf16 timed in interleaved pairs (``bench.compare_speed``:
+    at least ``iters`` pairs and never fewer than 10; pairs stop being added after
+    ``max_seconds``, 3 s quick and 15 s otherwise, for each), with their intervals and verdicts;
+    the step times shown are those pairs' medians."""
     _flag(quick=quick)
     dev = resolve_device(device)
     measured = hardware.measure_device(dev, dtypes=["fp32", "bf16"], quick=quick)
@@ -278,19 +286,19 @@ def measure_speedups(device: str | torch.device = "auto", quick: bool = True, it
     peaks = {k: spec.peak(k) for k in ("fp32", "bf16") if k in spec.peak_flops} if spec else {}
     bandwidth = spec.memory_bandwidth if spec else measured.copy_bandwidth
     cfg = models.course_config(dev, quick)
-    step_s, step_flops = {}, {}
-    for key, autocast in (("fp32", None), ("bf16", "bf16")):
-        peak = mfu.Peak(peaks.get(key, measured.gemm_flops[key]), key, "given", "measure_speedups")
-        run = mfu.measure_training(cfg, batch_size=8, device=dev, autocast=autocast, warmup=1 if quick else 3,
-                                   iters=iters, peak=peak, quick=quick)
-        step_s[key] = run.step.median
-        step_flops[key] = run.model_flops_per_step / run.step.median
-    steps = _dtype_steps(cfg, dev)
     budget = max_seconds if max_seconds is not None else (3.0 if quick else 15.0)
-    speed = compare_speed(steps["fp32"], steps["bf16"], device=dev, min_pairs=max(5, iters), number=1,
-                          max_seconds=budget, names=("fp32", "bf16"))
+    pairs = max(10, iters)
+    gemms = _dtype_gemms(measured.gemm_n, dev)
+    gemm_speed = compare_speed(gemms["fp32"], gemms["bf16"], device=dev, min_pairs=pairs, max_seconds=budget,
+                               names=("fp32", "bf16"))
+    steps = _dtype_steps(cfg, dev)
+    speed = compare_speed(steps["fp32"], steps["bf16"], device=dev, min_pairs=pairs, max_seconds=budget,
+                          names=("fp32", "bf16"))
+    step_s = {"fp32": speed.baseline.median, "bf16": speed.tuned.median}
+    model_flops = mfu.model_flops_per_step(cfg, 8, cfg.seq_len)
+    step_flops = {key: model_flops / seconds for key, seconds in step_s.items()}
     return Speedups(str(dev), measured.name, measured.gemm_n, dict(measured.gemm_flops), step_s, step_flops,
-                    peaks, bandwidth, cfg.name, speed)
+                    peaks, bandwidth, cfg.name, speed, gemm_speed)
 
 
 def plot_speedups(result: Speedups, ax: Any = None) -> Any:

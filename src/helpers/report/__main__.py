@@ -47,7 +47,8 @@ def _record(args: argparse.Namespace) -> int:
         print(f"  {change.name}: {row['step_time_ms']:.2f} ms/step [{row['step_time_min_ms']:.2f}–"
               f"{row['step_time_max_ms']:.2f}], MFU {row['mfu']:.1%}, {row['bottleneck']}, "
               f"{row['decision']}", flush=True)
-    recorded = {**provenance(str(dev), command="python -m helpers.report " + " ".join(sys.argv[1:])),
+    recorded = {**provenance(str(dev), command="python -m helpers.report " + " ".join(sys.argv[1:]),
+                             threads=config.threads),
                 "where": args.where or f"{platform.node()}, {platform.machine()}",
                 "seconds": round(time.perf_counter() - start, 1),
                 "load_average_1min": {"start": load_before, "end": _load()}, "cpu_count": os.cpu_count()}

@@ -122,7 +122,7 @@ def make_dataset(seq_len: int, delay_ms_per_sample: float = 0.0) -> Dataset:
 
 
 def make_loader(dataset: Dataset, batch_size: int, num_samples: int, *, workers: int = 0,
-                pin_memory: bool = False, seed: int = 0, prefetch_factor: int = 4) -> DataLoader:
+                pin_memory: bool = False, seed: int = 0, prefetch_factor: int = 2) -> DataLoader:
     """A DataLoader drawing ``num_samples`` windows in a seeded random order.
 
     The order depends only on ``seed``, never on ``workers``, so configurations that differ

@@ -239,7 +239,7 @@ def build_report(rows: list[dict[str, Any]], experiment: str | None = None,
                   {**{k: v for k, v in cfg.items() if k != "model"}, "model": m, "describe": describe},
                   f"dp=1, tp=1, pp=1, activation_checkpoint={ckpt} (tuned)", rows,
                   findings(rows), next_actions(rows),
-                  provenance(base["device"]) if recorded is None else recorded)
+                  provenance(base["device"], threads=cfg.get("threads")) if recorded is None else recorded)
 
 
 def rederive(rows: list[dict[str, Any]], memory_budget_mb: float | None = None) -> list[dict[str, Any]]:

@@ -59,14 +59,15 @@ def _commit() -> str:
     return "an installed package (no git checkout)"
 
 
-def provenance(device: str = "cpu", command: str | None = None) -> dict[str, Any]:
+def provenance(device: str = "cpu", command: str | None = None, threads: int | None = None) -> dict[str, Any]:
     """Date and time (UTC), command, device model, CPU thread count, torch, Python and course
-    version, and the commit: what a report header states about where its numbers come from."""
+    version, and the commit: what a report header states about where its numbers come from.
+    ``threads``: the CPU threads the runs used (default: torch's setting now)."""
     from .. import __version__
 
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": command or _command(), "device_model": device_model(device),
-            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+            "threads": threads or torch.get_num_threads(), "cpu_count": os.cpu_count(),
             "torch": torch.__version__, "python": platform.python_version(),
             "course": __version__, "commit": _commit()}
 

@@ -73,13 +73,6 @@ def compare(baseline: Mapping[str, Any], tuned: Mapping[str, Any]) -> dict[str, 
             "memory_improved": None if mem_delta is None else mem_delta > 0}
 
 
-def window_rule(previous: Mapping[str, Any], tuned: Mapping[str, Any]) -> bool:
-    """How rows recorded before interleaved comparisons were decided: the tuned median below the
-    previous configuration's fastest window. Kept only to re-derive those recordings; new rows
-    carry a verdict (``row["speed"]``)."""
-    return tuned["step_time_ms"] < previous["step_time_min_ms"]
-
-
 def data_stall(data_ms: list[float], compute_ms: list[float],
                threshold: float = STALL_THRESHOLD) -> tuple[float, bool]:
     """(total data time / total compute time, stalled) over the same steps; stalled when the
@@ -139,6 +132,7 @@ TOUCHES = {"no_sync": ("other",), "workers": ("data",), "bf16": ("forward", "bac
 FLAG_SHARE = 0.2  # timed vs profiled, and an untouched phase, may differ by this much
 PEAK_SPREAD_LIMIT = 0.2  # a measured peak whose runs spread more than this gives no trustworthy MFU
 QUEUE_RUNS = 3  # a timed run should last at least this many times the loader's queue
+DATA_WAIT_SHARE = 0.05  # a data wait above this share of the step is one a verdict must see
 
 
 def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> list[str]:
@@ -150,6 +144,9 @@ def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> 
       an MFU above 100 % (the peak is wrong);
     * a timed run shorter than 3 × workers × prefetch_factor steps (the loader's queue, filled
       before timing, can hide a slow loader);
+    * an interleaved verdict whose windows are shorter than that queue while the row's own
+      timed run waited for data (more than 5 % of the step): the other side's turn refills the
+      queue, so the verdict cannot see that wait;
     * given the row it was tried on: a saving larger than the time of the phases the change acts
       on (:data:`TOUCHES`), or a phase it does not act on moving by more than 20 % of itself and
       5 % of the step;
@@ -169,11 +166,18 @@ def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> 
     if row.get("peak_kind") == "measured" and spread is not None and spread > PEAK_SPREAD_LIMIT:
         out.append(f"the measured peak's runs spread {spread:.0%}: MFU is not reliable")
     cfg = row.get("config") or {}
-    workers, prefetch = cfg.get("workers", 0), cfg.get("prefetch_factor", 4)
+    workers, prefetch = cfg.get("workers", 0), cfg.get("prefetch_factor", 2)
     timed_steps = cfg.get("windows", 0) * cfg.get("steps_per_window", 0)
     if workers and timed_steps < QUEUE_RUNS * workers * prefetch:
         out.append(f"{timed_steps} timed steps against a loader queue of {workers} × {prefetch} batches: "
                    "a slow loader can hide behind the queue")
+    window = (row.get("speed") or {}).get("window_steps")
+    waited = row.get("data_wait_ms") or 0.0
+    if workers and window is not None and window < workers * prefetch and timed > 0 \
+            and waited > DATA_WAIT_SHARE * timed:
+        out.append(f"the verdict's windows of {window} steps are shorter than the loader's queue of "
+                   f"{workers} × {prefetch} batches, and the timed run waited {waited:.2f} ms per step "
+                   "for data: the verdict cannot see that wait")
     touched = TOUCHES.get(row.get("name", ""))
     if previous is not None and touched is not None:
         before = previous["phases_ms"]

@@ -298,6 +298,7 @@ def speed_summary(speed: SpeedComparison) -> dict[str, Any]:
     """A comparison as plain data for a report row."""
     return {"speedup": speed.speedup, "low": speed.low, "high": speed.high, "verdict": speed.verdict,
             "pairs": speed.pairs, "threads": speed.threads, "stopped": speed.stopped,
+            "window_steps": speed.meta.get("steps"),
             "sentence": str(speed)}
 
 
@@ -327,10 +328,8 @@ def derive(row: dict[str, Any], baseline: dict[str, Any] | None = None,
         out["vs_previous"] = rules.compare(ref, out)
         if previous is not None:
             # faster = the interleaved verdict against the configuration it was tried on (compare
-            # reads it); a row recorded before that comparison existed falls back to the window rule
-            faster = out["vs_previous"]["time_improved"]
-            if faster is None:
-                faster = rules.window_rule(previous, out)
+            # reads it); a row with no such verdict is not faster: medians timed apart cannot say
+            faster = out["vs_previous"]["time_improved"] is True
             out["faster"] = faster
             out["decision"] = rules.decide(out["loss_change"], rules.memory_mb(previous), out["memory_mb"],
                                            faster, tolerance, memory_budget_mb)

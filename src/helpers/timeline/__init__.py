@@ -66,6 +66,7 @@ from ._schedule import (
 from ._steps import (
     EXAMPLE_SLOW_S,
     LABELS,
+    NOISE_ERRORS,
     STRAGGLER_FLOOR,
     StepBreakdown,
     Verdict,
@@ -98,7 +99,7 @@ __all__ = [
     "Event", "Trace", "load_trace", "example_traces", "record_ddp",
     "merge_intervals", "union_length", "intersect", "subtract", "clip", "overlap", "exposed", "gaps",
     "StepBreakdown", "step_breakdown", "mean_step", "Verdict", "classify", "own_time", "straggler",
-    "straggler_evidence", "slowest_rank", "STRAGGLER_FLOOR",
+    "straggler_evidence", "slowest_rank", "STRAGGLER_FLOOR", "NOISE_ERRORS",
     "classify_ranks", "rank_table", "TemporalBreakdown", "temporal_breakdown", "comm_comp_overlap",
     "alpha_beta_time", "ring_allreduce_time", "latency_share", "min_bucket_bytes", "bucket_sizes",
     "bucketed_allreduce_time", "overlapped_backward", "min_exposed", "max_saving", "step_with_overlap",

@@ -191,14 +191,41 @@ def _same(a: dict, b: dict) -> bool:
 
 
 def _interleaved(repeat: int, run_ours, run_hta) -> tuple[dict, dict | None]:
+    """The fastest run of each tool (its figures and memory), and in ``best_o["pairs"]`` the
+    seconds of every interleaved pair (ours, HTA) for the interval of the ratio."""
     best_o = best_h = None
+    pairs = []
     for _ in range(repeat):
         o = run_ours()
         best_o = o if best_o is None or o["seconds"] < best_o["seconds"] else best_o
         if run_hta is not None:
             h = run_hta()
             best_h = h if best_h is None or h["seconds"] < best_h["seconds"] else best_h
+            pairs.append((o["seconds"], h["seconds"]))
+    best_o = dict(best_o, pairs=pairs)
     return best_o, best_h
+
+
+def _ratio(o: dict) -> dict:
+    """HTA's time over ours, paired run by run: the median, its 95 % interval (with 3 pairs or
+    more) and the verdict, as :func:`helpers.bench.interval` and ``verdict_of`` give them."""
+    from ..bench import interval, verdict_of
+
+    ratios = [h / mine for mine, h in o["pairs"]]
+    if len(ratios) < 3:
+        return {"ratio_pairs": len(ratios)}
+    mid, low, high = interval(ratios)
+    return {"ratio": mid, "ratio_low": low, "ratio_high": high, "ratio_pairs": len(ratios),
+            "verdict": verdict_of(low, high)}
+
+
+def _ratio_text(r: dict) -> str:
+    if "ratio_low" not in r:
+        return (f"no ratio shown: {r.get('ratio_pairs', 0)} interleaved pairs were recorded, and an "
+                "interval needs 3 or more (--repeat)")
+    word = {"faster": "faster than", "slower": "slower than", "within noise": "within noise of"}[r["verdict"]]
+    return (f"helpers.timeline is {word} HTA: {r['ratio']:.1f}x (95 % interval {r['ratio_low']:.1f}x to "
+            f"{r['ratio_high']:.1f}x over {r['ratio_pairs']} interleaved pairs)")
 
 
 def _mem(r: dict, mb: float) -> str:
@@ -223,7 +250,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("command", choices=["bench"])
     p.add_argument("trace", type=Path, help="a GPU .json/.json.gz trace to replicate")
     p.add_argument("--events", type=int, default=100_000, help="events in the one-rank trace")
-    p.add_argument("--repeat", type=int, default=3, help="runs of each tool (best counts)")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="interleaved pairs of runs (the fastest gives the memory and figures; all give "
+                        "the ratio's interval, which needs 3 or more)")
     p.add_argument("--ranks", type=int, default=8, help="rank files in the many-rank test (0: skip)")
     p.add_argument("--rank-events", type=int, default=None, help="events per rank file (default --events)")
     p.add_argument("--jobs", type=int, default=None, help="our processes for many ranks (default: cores)")
@@ -276,15 +305,15 @@ def _main(argv: list[str] | None) -> int:
               f"{_mem(o, mb)}")
         result["one_rank"] = {"events": n, "json_mb": mb, "ours_s": o["seconds"], "parser": o["parsers"]}
         if h:
-            ratio = h["seconds"] / o["seconds"]
+            ratio = _ratio(o)
             same = _same(o["figures"], h["figures"])
             print(f"   HTA {h['version']} (pandas {h['pandas']}) TraceAnalysis + get_temporal_breakdown + "
                   f"get_comm_comp_overlap: {h['seconds']:.3f} s, {_mem(h, mb)}")
             print(f"   figures: ours {o['figures']} | HTA {h['figures']} -> "
                   f"{'the same' if same else 'DIFFERENT'}")
-            print(f"   ratio: helpers.timeline is {ratio:.1f}x faster than HTA")
-            result["one_rank"].update(hta_s=h["seconds"], ratio=ratio, same=same, hta=h["version"],
-                                      pandas=h["pandas"])
+            print(f"   {_ratio_text(ratio)}")
+            result["one_rank"].update(hta_s=h["seconds"], same=same, hta=h["version"], pandas=h["pandas"],
+                                      **ratio)
         if a.ranks:
             result["ranks"] = _many(a, data, Path(tmp))
         if a.scale:
@@ -312,9 +341,10 @@ def _many(a: argparse.Namespace, data: dict, tmp: Path) -> dict:
     out = {"ranks": a.ranks, "events_per_rank": n, "jobs": jobs, "ours_s": o["seconds"]}
     if h:
         same = _same(o["figures"], h["figures"])
+        ratio = _ratio(o)
         print(f"   HTA TraceAnalysis + the two analyses: {h['seconds']:.3f} s; figures "
-              f"{'the same' if same else 'DIFFERENT'}; ratio {h['seconds'] / o['seconds']:.1f}x")
-        out.update(hta_s=h["seconds"], ratio=h["seconds"] / o["seconds"], same=same)
+              f"{'the same' if same else 'DIFFERENT'}; {_ratio_text(ratio)}")
+        out.update(hta_s=h["seconds"], same=same, **ratio)
     return out
 
 
@@ -361,10 +391,10 @@ def describe(r: dict) -> str:
             f"comm/comp overlap took helpers.timeline {one.get('ours_s', float('nan')):.2f} s "
             f"(parser: {r['parser']})")
     if "hta_s" in one:
-        text += (f" and HTA {one['hta']} {one['hta_s']:.2f} s — {one['ratio']:.1f}x faster, best of "
-                 f"{r['repeat']} runs each, with {'the same' if one['same'] else 'DIFFERENT'} figures")
+        text += (f" and HTA {one['hta']} {one['hta_s']:.2f} s (fastest of {r['repeat']} interleaved runs "
+                 f"each), with {'the same' if one['same'] else 'DIFFERENT'} figures; {_ratio_text(one)}")
     ranks = r.get("ranks")
     if ranks and "hta_s" in ranks:
         text += (f". A folder of {ranks['ranks']} ranks: {ranks['ours_s']:.2f} s against "
-                 f"{ranks['hta_s']:.2f} s ({ranks['ratio']:.1f}x)")
+                 f"{ranks['hta_s']:.2f} s; {_ratio_text(ranks)}")
     return textwrap.fill(text + ".", 100)

@@ -248,6 +248,7 @@ def own_time(breakdowns: Sequence[StepBreakdown]) -> float:
 
 
 STRAGGLER_FLOOR = 0.05  # a lead under 5 % of the slowest rank's own time is never a straggler
+NOISE_ERRORS = 2.0  # a lead must also exceed this many standard errors of the per-step leads
 
 
 def slowest_rank(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]]) -> int:
@@ -261,34 +262,39 @@ def slowest_rank(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]]) -> int:
 
 def straggler_evidence(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]]) -> dict[str, float]:
     """What :func:`straggler` decides from, in µs per step: ``rank`` (the slowest, most own
-    time), ``lead`` (its mean own time minus the next rank's), ``floor`` (5 % of its own time),
-    ``steps`` (steps compared: step i of every rank is the same iteration in synchronous data
-    parallelism) and ``steps_led`` (steps in which its own time was above every other rank's)."""
+    time), ``steps`` (steps compared: step i of every rank is the same iteration in synchronous
+    data parallelism), ``lead`` (the mean over those steps of its own time minus the highest
+    own time of the other ranks in the same step), ``noise`` (2 standard errors of those
+    per-step leads; 0 for one step, which shows no spread), ``floor`` (5 % of its own time) and
+    ``margin`` (the larger of noise and floor)."""
     slow = slowest_rank(breakdowns_by_rank)
-    own = {r: own_time(bs) for r, bs in breakdowns_by_rank.items()}
-    others = [r for r in own if r != slow]
+    others = [r for r in breakdowns_by_rank if r != slow]
     steps = min(len(bs) for bs in breakdowns_by_rank.values())
     mine = lambda r, i: breakdowns_by_rank[r][i].duration_us - breakdowns_by_rank[r][i].exposed_comm_us  # noqa: E731
-    led = sum(all(mine(slow, i) > mine(r, i) for r in others) for i in range(steps))
-    lead = own[slow] - max((own[r] for r in others), default=0.0)
-    return {"rank": slow, "lead": lead, "floor": STRAGGLER_FLOOR * own[slow], "steps": steps,
-            "steps_led": led}
+    leads = [mine(slow, i) - max((mine(r, i) for r in others), default=0.0) for i in range(steps)]
+    lead = statistics.fmean(leads)
+    noise = NOISE_ERRORS * statistics.stdev(leads) / math.sqrt(steps) if steps > 1 else 0.0
+    floor = STRAGGLER_FLOOR * own_time(breakdowns_by_rank[slow])
+    return {"rank": slow, "steps": steps, "lead": lead, "noise": noise, "floor": floor,
+            "margin": max(noise, floor)}
 
 
 def straggler(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]]) -> int | None:
     """The rank the others wait for, or ``None`` when the run is balanced.
 
-    The candidate is the slowest rank (most time of its own per step). It is the straggler only
-    when the step-to-step spread cannot explain its lead: its own time is above every other
-    rank's in **every** step, and its mean lead over the next rank is more than 5 % of its own
-    time (so one step, or ranks a few microseconds apart, tell nothing apart). In synchronous
-    data parallelism the others wait for it in the collective."""
+    The candidate is the slowest rank (most time of its own per step). Step by step, its lead
+    is its own time minus the highest own time of the other ranks in that step. It is the
+    straggler only when the mean of those leads is larger than the margin: the larger of 5 % of
+    its own time (ranks a few microseconds apart tell nothing) and twice the standard error of
+    the per-step leads (a lead the steps' spread can explain is noise). Otherwise the run is
+    balanced within the noise. In synchronous data parallelism the others wait for the
+    straggler in the collective."""
     if not breakdowns_by_rank:
         raise ValueError("straggler needs breakdowns for at least one rank")
     if len(breakdowns_by_rank) < 2:
         return None  # nobody to wait for it
     e = straggler_evidence(breakdowns_by_rank)
-    return e["rank"] if e["steps_led"] == e["steps"] and e["lead"] > e["floor"] else None
+    return e["rank"] if e["lead"] > e["margin"] else None
 
 
 def classify_ranks(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]],
@@ -333,9 +339,9 @@ def rank_table(traces: Sequence[Trace]) -> str:
                      f"{m.data_wait_us / 1e3:7.2f} {m.host_overhead_us / 1e3:7.2f}  {verdicts[rank].label}")
     if len(by_rank) > 1:
         e, slow = straggler_evidence(by_rank), straggler(by_rank)
-        why = (f"rank {e['rank']} has {e['lead'] / 1e3:.2f} ms more own time per step than the next rank "
-               f"(5 % floor {e['floor'] / 1e3:.2f} ms) and was behind in {e['steps_led']} of "
-               f"{e['steps']} steps")
+        why = (f"rank {e['rank']} leads the others by {e['lead'] / 1e3:.2f} ms of own time per step over "
+               f"{e['steps']} steps; margin {e['margin'] / 1e3:.2f} ms (5 % floor {e['floor'] / 1e3:.2f} ms, "
+               f"2 standard errors of the per-step leads {e['noise'] / 1e3:.2f} ms)")
         lines.append(f"straggler: rank {slow} ({why})" if slow is not None else f"balanced: {why}")
     return "\n".join(lines)
 
