@@ -579,7 +579,8 @@ def test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak(gpu, monk
     gpt2 = models.get_config("gpt2-small", seq_len=512)
     flops = mfu.model_flops_per_step(gpt2, 8, 512)  # the fake device's work is in ms
     assert result.step_s == {"fp32": pytest.approx(0.30e-3), "bf16": pytest.approx(0.12e-3)}
-    assert result.step_flops == {"fp32": pytest.approx(flops / 0.30e-3), "bf16": pytest.approx(flops / 0.12e-3)}
+    assert result.step_flops == {"fp32": pytest.approx(flops / 0.30e-3),
+                                 "bf16": pytest.approx(flops / 0.12e-3)}
     text = result.format()
     assert "datasheet (helpers.hardware)" in text and f"{700e12 / 989.5e12:.0%} of the bf16 peak" in text
     ax = precision.plot_speedups(result)

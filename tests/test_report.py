@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -507,6 +508,31 @@ def test_each_flag_fires_on_its_case():
         assert not any("disagree" in f for f in rules.flags(agreeing, base))
     within = dict(fake_row("fused", 12.4, 12.1, 12.7), speed={"verdict": "within noise"})
     assert not any("disagree" in f for f in rules.flags(within, base))
+    # a verdict from windows shorter than 3 x the loader's queue, while the run waited for data
+    waited = dict(fake_row("bf16", 10.0, 9.8, 10.2), data_wait_ms=1.0,
+                  speed={"verdict": "faster", "window_steps": 3})
+    waited["config"].update(workers=4, prefetch_factor=2, windows=5, steps_per_window=5)
+    said = "the verdict's windows of 3 steps are shorter than 3 × the loader's queue of 4 × 2 batches"
+    assert any(said in f for f in rules.flags(waited))
+    for quiet in (dict(waited, data_wait_ms=0.2),  # the loader keeps up: nothing to hide
+                  dict(waited, speed={"verdict": "faster", "window_steps": 24})):  # long enough windows
+        assert not any("verdict's windows" in f for f in rules.flags(quiet))
+
+
+def test_with_workers_the_verdict_windows_outlast_the_loader_queue(monkeypatch):
+    seen = {}
+
+    def fake_windows(a, b, *, steps, **kw):
+        seen["steps"] = steps
+        raise RuntimeError("stop here")
+    monkeypatch.setattr(runner, "compare_windows", fake_windows)
+    monkeypatch.setattr(runner.Trainer, "build", classmethod(lambda cls, cfg, total: types.SimpleNamespace(
+        step=lambda *a: None, next_batch=lambda: (None, None), batches=None)))
+    old = micro()
+    for workers, want in ((0, 2), (4, 3 * 4 * 2)):
+        with pytest.raises(RuntimeError, match="stop here"):
+            runner.compare_configs(old, micro(name="workers", workers=workers))
+        assert seen["steps"] == want
 
 
 def test_the_quick_baselines_time_long_enough_for_their_loader_queue():

@@ -144,9 +144,9 @@ def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> 
       an MFU above 100 % (the peak is wrong);
     * a timed run shorter than 3 × workers × prefetch_factor steps (the loader's queue, filled
       before timing, can hide a slow loader);
-    * an interleaved verdict whose windows are shorter than that queue while the row's own
+    * an interleaved verdict whose windows are shorter than 3 × that queue while the row's own
       timed run waited for data (more than 5 % of the step): the other side's turn refills the
-      queue, so the verdict cannot see that wait;
+      queue, so the verdict may not see that wait;
     * given the row it was tried on: a saving larger than the time of the phases the change acts
       on (:data:`TOUCHES`), or a phase it does not act on moving by more than 20 % of itself and
       5 % of the step;
@@ -173,11 +173,11 @@ def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> 
                    "a slow loader can hide behind the queue")
     window = (row.get("speed") or {}).get("window_steps")
     waited = row.get("data_wait_ms") or 0.0
-    if workers and window is not None and window < workers * prefetch and timed > 0 \
+    if workers and window is not None and window < QUEUE_RUNS * workers * prefetch and timed > 0 \
             and waited > DATA_WAIT_SHARE * timed:
-        out.append(f"the verdict's windows of {window} steps are shorter than the loader's queue of "
-                   f"{workers} × {prefetch} batches, and the timed run waited {waited:.2f} ms per step "
-                   "for data: the verdict cannot see that wait")
+        out.append(f"the verdict's windows of {window} steps are shorter than {QUEUE_RUNS} × the loader's "
+                   f"queue of {workers} × {prefetch} batches, and the timed run waited {waited:.2f} ms per "
+                   "step for data: the verdict may not see that wait")
     touched = TOUCHES.get(row.get("name", ""))
     if previous is not None and touched is not None:
         before = previous["phases_ms"]

@@ -264,10 +264,14 @@ def compare_configs(old: RunConfig, new: RunConfig, quick: bool = True, *, min_p
 
     One caveat of interleaving: while one side runs, the other side's loader workers fill
     their queue, so each window starts with up to ``workers × prefetch_factor`` batches ready.
-    The report flags a timed run too short for that queue (:func:`rules.flags`)."""
+    With workers, a window therefore lasts at least ``rules.QUEUE_RUNS`` times that queue, so
+    a loader slower than the step still shows in the verdict (:func:`rules.flags` flags a
+    shorter one)."""
     _flag(quick=quick)
     # quick: windows of 3 steps, so that 10 pairs of a slow change (bf16 on a CPU) stay in budget
     steps = min(3, new.steps_per_window) if quick else new.steps_per_window
+    queue = max(cfg.workers * cfg.prefetch_factor for cfg in (old, new))
+    steps = max(steps, rules.QUEUE_RUNS * queue)
     budget = max_seconds if max_seconds is not None else (3.0 if quick else 30.0)
     total = max(old.warmup, new.warmup) + (max_pairs + 2) * steps
     with _threads(new.threads):
