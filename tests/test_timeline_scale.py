@@ -284,7 +284,12 @@ def test_bench_command_runs_small(capsys):
 
 def test_benchmark_result_is_a_measured_sentence():
     text = tl.benchmark_result()
-    assert "faster" in text and "HTA" in text and re.search(r"\d+\.\dx", text)
+    assert "faster" in text and "HTA" in text and re.search(r"\d+\.\dx \(95 % interval", text)
+    # a ratio is printed only with its interval, from the interleaved pairs (3 or more)
+    r = _timeline_bench._ratio({"pairs": [(1.0, 9.0), (1.1, 9.5), (0.9, 9.2), (1.0, 8.8)]})
+    assert r["verdict"] == "faster" and r["ratio_low"] <= r["ratio"] <= r["ratio_high"]
+    two = _timeline_bench._ratio({"pairs": [(1.0, 9.0), (1.1, 9.5)]})
+    assert "ratio" not in two and "no ratio shown" in _timeline_bench._ratio_text(two)
     fast = _trace_read.msgspec
     assert tl.json_parser() == (f"msgspec {fast.__version__}" if fast else "json (standard library)")
 

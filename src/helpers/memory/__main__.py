@@ -29,6 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name == "bench":
             p.add_argument("--pairs", type=int, default=5, help="interleaved pairs of tracked steps (>= 3)")
     args = parser.parse_args(argv)
+    if args.command == "bench" and args.pairs < 3:
+        parser.error(f"--pairs must be at least 3 (an interval needs 3 pairs), got {args.pairs}")
     try:
         if args.command == "track":
             print(track(args.config, args.optimizer, batch_size=args.batch, seq_len=args.seq,
