@@ -14,7 +14,7 @@ import matplotlib
 import pytest
 from conftest import ROOT
 
-from helpers import checks, i18n
+from helpers import bench, checks, i18n
 from helpers._i18n_zh import MESSAGES
 
 matplotlib.use("Agg")
@@ -92,6 +92,25 @@ def test_setup_reports_in_the_chosen_language(capsys):
     assert "设备：cpu" in out and "在 CPU 上运行" in out
     helpers.setup("cpu", lang="en")
     assert "device: cpu" in capsys.readouterr().out
+
+
+def test_setup_warns_when_the_machine_is_busy(monkeypatch, capsys):
+    import os
+
+    import helpers
+    from helpers import env
+
+    assert env.busy_note(load=0.9, cores=2) == ""  # under half the cores: quiet
+    note = env.busy_note(load=1.0, cores=2)
+    assert note.startswith("This machine is busy: load average 1.0 on 2 cores") and "\n" not in note
+    i18n.set_language("zh")
+    try:
+        assert env.busy_note(load=3.5, cores=4).startswith("这台机器很忙：4 个核心上的平均负载是 3.5")
+    finally:
+        i18n.set_language("en")
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.5, 2.0, 1.0))
+    helpers.setup("cpu", lang="en")
+    assert "This machine is busy: load average 2.5" in capsys.readouterr().out
 
 
 def test_checks_speak_chinese_with_the_catalogue_strings(monkeypatch, capsys):
@@ -179,8 +198,10 @@ def _draw_every_helper_plot() -> list:
     precision.plot_delayed_scaling({"逐张量": steps}, 448.0, ax=new())
     precision.plot_block_errors({"MX": torch.rand(8) + 0.01}, ax=new())
     precision.plot_losses({"fp32": [2.0, 1.5, 1.2], "bf16": [2.0, 1.6, 1.2]}, ax=new())
+    fast = bench.SpeedComparison(2.0, 1.9, 2.1, "faster", 10, bench.Measurement([0.2] * 3, 0.3, "cpu"),
+                                 bench.Measurement([0.1] * 3, 0.3, "cpu"), 2, "cpu", ("fp32", "bf16"))
     speedups = precision.Speedups("cpu", "CPU", 256, {"fp32": 1e11, "bf16": 2e11}, {"fp32": 0.2, "bf16": 0.1},
-                                  {"fp32": 1e10, "bf16": 2e10}, {}, 1e10, "tiny")
+                                  {"fp32": 1e10, "bf16": 2e10}, {}, 1e10, "tiny", fast, fast)
     precision.plot_speedups(speedups, ax=new())
     timeline.plot_pipeline(timeline.simulate_pipeline(4, 8), ax=new())
     traces = [timeline.load_trace(p) for p in timeline.example_traces("ddp_balanced")]

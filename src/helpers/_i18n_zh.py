@@ -43,6 +43,12 @@ MESSAGES: dict[str, str] = {
     "CPU run ({threads} threads): no datasheet peak for a CPU; the course measures this machine's own "
     "roofline instead.":
         "在 CPU 上运行（{threads} 个线程）：CPU 没有数据手册峰值；本课程改为实测这台机器自己的屋顶线。",
+    "This machine is busy: load average {load:.1f} on {cores} cores. Timings will be slower and noisier, "
+    "and more speed comparisons will say 'within noise'. For cleaner numbers, stop other programs, or "
+    "set torch.set_num_threads to the cores left free.":
+        "这台机器很忙：{cores} 个核心上的平均负载是 {load:.1f}。计时会更慢、噪声更大，更多的速度比较会得出 "
+        "'within noise'（在噪声范围内）。想得到更干净的数字，请停掉其他程序，或者用 torch.set_num_threads "
+        "把线程数设为空闲的核心数。",
     # helpers.roofline
     "ridge {ridge:.0f} FLOP/B": "脊点 {ridge:.0f} FLOP/B",
     "arithmetic intensity (FLOP/byte)": "算术强度（FLOP/字节）",

@@ -54,4 +54,27 @@ def setup(device: str = "auto", seed: int = 0, verbose: bool = True, lang: str |
         else:
             print(tr("CPU run ({threads} threads): no datasheet peak for a CPU; the course measures "
                      "this machine's own roofline instead.", threads=torch.get_num_threads()))
+        busy = busy_note()
+        if busy:
+            print(busy)
     return runtime
+
+
+def busy_note(load: float | None = None, cores: int | None = None) -> str:
+    """A warning when other programs keep this machine's CPUs busy (1-minute load average of at
+    least half the cores), else ''. Timings then run slower and spread more, and torch's
+    threads wait for each other; the speed comparisons still hold, but more of them say
+    "within noise". ``load`` and ``cores`` replace the OS's figures (tests)."""
+    import os
+
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # no load average on this OS
+            return ""
+    cores = cores or os.cpu_count() or 1
+    if load < cores / 2:
+        return ""
+    return tr("This machine is busy: load average {load:.1f} on {cores} cores. Timings will be slower and "
+              "noisier, and more speed comparisons will say 'within noise'. For cleaner numbers, stop "
+              "other programs, or set torch.set_num_threads to the cores left free.", load=load, cores=cores)

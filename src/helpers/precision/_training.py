@@ -244,9 +244,10 @@ class Speedups:
             lines.append(f"  training step ({self.config}) {key:>4}: {seconds * 1e3:9.2f} ms (median), "
                          f"{self.step_flops[key] / 1e12:.3f} model TFLOP/s")
         for what, s in (("GEMM", self.gemm_speed), ("training step", self.step_speed)):
+            said = {"faster": "bf16 is faster than fp32", "slower": "bf16 is slower than fp32",
+                    "within noise": "no difference between bf16 and fp32 beyond the noise"}[s.verdict]
             lines.append(f"  bf16 against fp32, {what}: {s.speedup:.2f}x (95 % interval {s.low:.2f}x to "
-                         f"{s.high:.2f}x, {s.pairs} interleaved pairs): bf16 is {s.verdict}"
-                         + ("" if s.verdict == "within noise" else " than fp32"))
+                         f"{s.high:.2f}x, {s.pairs} interleaved pairs): {said}")
         return "\n".join(lines)
 
 
