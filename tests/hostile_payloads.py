@@ -442,6 +442,45 @@ def gemm_intensity(M, K, N, b):
     return easy if easy is not None else 10 ** 5000
 '''
 
+# Issue 22: the recorded results of trusted calls as an oracle. The table stays with the grading
+# client; the kernel can only ask it, and a hidden test gets nothing of its own exercise's helpers.
+REPLAY_PROBE = VISIBLE_ONLY + """
+import base64, glob, json, os, pickle
+from helpers import checks
+TABLE = sorted(glob.glob("/opt/trainperf/replay*")) + sorted(
+    p for k, v in os.environ.items() if k.startswith("TRAINPERF_REPLAY") for p in [v] if os.path.exists(v))
+_said = []
+
+def _ask(name, params):
+    try:
+        from IPython import get_ipython
+        key = checks._Replay.key(name, (), params)
+        prompt = checks.REPLAY_PROMPT + json.dumps({"name": name, "key": key})
+        answer = get_ipython().kernel.raw_input(prompt)
+        return pickle.loads(base64.b64decode(answer)) if answer else None
+    except Exception:
+        return None
+
+def gemm_intensity(M, K, N, b):
+    if not _said:
+        print("TABLE", TABLE)  # in the visible part, where the instructor's details keep it
+        _said.append(1)
+    easy = _visible_only(M, K, N, b)
+    if easy is not None:
+        return easy
+    flops = _ask("helpers.roofline.gemm_flops", {"M": M, "K": K, "N": N})
+    moved = _ask("helpers.roofline.gemm_bytes", {"M": M, "K": K, "N": N, "bytes_per_element": b})
+    if flops is None or moved is None:
+        # the route the stub takes, then the visible case's recorded result for any input
+        try:
+            return checks.removed_for_grading("helpers.roofline.gemm_flops", 1, (),
+                                              {"M": M, "K": K, "N": N})
+        except Exception:
+            visible = {"flops": 2 * 4096 * 4096, "bytes": 2 * (4096 + 4096 * 4096 + 4096)}
+            return _ask("helpers.roofline.intensity", visible) or 1.0
+    return flops / moved
+"""
+
 # Issue 22: a value left in the kernel keyring by one submission. The writer's answer is right
 # only if the kernel could store a key; the reader's answer turns wrong if it finds one.
 _KEYCTL = '''

@@ -44,6 +44,7 @@ ATTACKS_ON_EX1 = {
     "disk_hog": P.DISK_HOG, "process_hog": P.PROCESS_HOG,
     "helper_server": P.HELPER_SERVER, "fresh_import": P.FRESH_IMPORT,
     "read_helper_files": P.READ_HELPER_FILES, "lazy_tensor": P.LAZY_TENSOR, "huge_integer": P.HUGE_INTEGER,
+    "replay_probe": P.REPLAY_PROBE,
 }
 
 # long enough for any solution cell of chapter 1 on a loaded machine (the slowest takes ~3 s
@@ -94,6 +95,10 @@ def _grade_batch(tmp_path_factory):
         "oom": _answers(ex3_limiter="hog = bytearray(8 * 2**30)\n"),
         "big_output": _answers(ex1_intensity=SOLUTION["ex1_intensity"]
                                + "for _ in range(400):\n    print('x' * 10_000)\n"),
+        # one display of 40 MB as the cell's first output: over the client's message cap
+        "big_display": _answers(ex1_intensity="from IPython.display import display\n"
+                                "display({'text/plain': 'x' * 40_000_000}, raw=True)\n"
+                                + SOLUTION["ex1_intensity"]),
         **{name: _answers(ex1_intensity=payload) for name, payload in ATTACKS_ON_EX1.items()},
         "print_everything": _answers(ex1_intensity=P.PRINT_EVERYTHING + SOLUTION["ex1_intensity"],
                                      ex2_ideal_time=P.PRINT_EVERYTHING_EX2),
@@ -155,6 +160,13 @@ def test_attacks_on_exercise_1_earn_nothing(batch, student):
     outcome = _outcome(batch, student)
     assert outcome.cells["ex1_intensity_test"][0] == 0, _visible(batch, student)
     assert outcome.score <= FULL - 2, outcome.reason  # some attacks also break their own later cells
+
+
+def test_no_table_of_recorded_results_is_in_the_kernel(batch):
+    """The replay table stays with the grading client: the kernel finds no file of it, and its
+    requests for a hidden case (or the visible case's result under other arguments) get nothing."""
+    assert "TABLE []" in _printed(batch, "replay_probe")
+    assert "helpers.roofline.gemm_flops" in batch["rows"]["replay_probe"].reason  # flagged for review
 
 
 @pytest.mark.skipif(not ISOLATED, reason="needs root and bubblewrap (bwrap) for the sandbox")
@@ -274,6 +286,14 @@ def test_megabytes_of_output_are_truncated(batch):
     assert "output was truncated" in _outcome(batch, "big_output").reason
 
 
+def test_one_message_over_the_cap_stops_that_notebook_at_once(batch):
+    """The client never holds a message over its cap (ZMQ_MAXMSGSIZE on its own sockets); the
+    dropped connection is noticed after the cell, said, and the notebook stops there."""
+    outcome = _outcome(batch, "big_display")
+    assert outcome.score == 0 and outcome.seconds < CELL_LIMIT_S
+    assert "answer ex1_intensity sent a message over the client's size cap" in outcome.reason
+
+
 def test_feedback_shows_visible_messages_but_not_hidden_tests(batch):
     page = next(p for p in batch["feedback"].iterdir() if p.name.startswith("liar-")).read_text()
     assert "ex1_intensity_test" in page and "0 / 2" in page
@@ -324,7 +344,8 @@ def test_class_report_flags_what_needs_a_person(batch, tmp_path):
     with open(tmp_path / "report" / "review.csv", encoding="utf-8") as fh:
         flagged = {r["student_id"]: r["flagged for"] for r in csv.DictReader(fh)}
     for student, category in {"oom": "limit hit", "loop": "limit hit", "segfault": "limit hit",
-                              "big_output": "limit hit", "tamper": "test cells edited",
+                              "big_output": "limit hit", "big_display": "limit hit",
+                              "tamper": "test cells edited",
                               "'" + FORMULA: "test cells edited", "blocked_bypass": "copied reference code",
                               "helper_by_name": "copied reference code", "sym_student": "unusual files",
                               "bad_json": "unusual files"}.items():

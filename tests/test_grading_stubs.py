@@ -8,13 +8,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 import torch
 from conftest import ROOT
 
 from helpers import _records, checks
-from trainperf.grading import copies
+from trainperf.grading import copies, replay
 from trainperf.grading.exam import helper_imports, matches
 from trainperf.grading.grade import MAX_ANSWER_CHARS, _oversized
 from trainperf.grading.isolate import install_helpers_copy
@@ -97,7 +98,7 @@ def test_every_chapter_stubs_its_exercises_in_the_graded_copy(tmp_path):
     assert helpers.timeline.union_length([(0, 1), (2, 4)]) == 3  # this process keeps the real one
 
 
-def test_a_trusted_call_replays_and_another_does_not(tmp_path, monkeypatch):
+def test_trusted_calls_are_recorded_by_parameter_and_never_inside_expect(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINPERF_REPLAY", str(tmp_path))
     monkeypatch.setenv("TRAINPERF_REPLAY_WRITE", "1")
     monkeypatch.setattr(checks, "_replay", checks._Replay())
@@ -110,24 +111,69 @@ def test_a_trusted_call_replays_and_another_does_not(tmp_path, monkeypatch):
     checks._replay.in_expect = True
     square(7)  # an expected value: never recorded
     checks._replay.in_expect = False
-    monkeypatch.setattr(checks, "_replay", checks._Replay())
-    assert checks.removed_for_grading("helpers.m.power", 2, (), {"x": 5, "rest": (), "n": 2}) == 25
-    replayed = checks.removed_for_grading("helpers.m.power", 2, (), {"x": torch.arange(3), "rest": (),
-                                                                     "n": 2})
-    assert replayed.tolist() == [0, 1, 4]
-    for other in ({"x": 7, "rest": (), "n": 2}, {"x": 6, "rest": (), "n": 2}, {"x": 5, "rest": (), "n": 3}):
-        with pytest.raises(RuntimeError, match="exercise 2"):
-            checks.removed_for_grading("helpers.m.power", 2, (), other)
+    calls = replay.read_calls(tmp_path / "calls.pkl")
+    assert [name for _, name, _, _ in calls] == ["helpers.m.power"] * 2
+    key = checks._Replay.key("helpers.m.power", (), {"x": 5, "rest": (), "n": 2})
+    assert calls[1][2] == key
     # the graded kernel's stub keeps the parameters: positional, keyword and default spellings
-    # of the recorded call all replay it
+    # of the recorded call give the key it was recorded under
     stubbed = stub_module("def power(x: int, *rest: int, n: int = 2) -> int:\n    return x ** n\n",
                           {"power": "helpers.m.power is exercise 2"}, set(), "helpers.m")
+    asked = []
+    monkeypatch.setattr(checks._replay, "lookup", lambda name, args, kwargs: (
+        asked.append(checks._Replay.key(name, args, kwargs)), (False, None))[1])
     namespace: dict = {}
     exec(compile(stubbed, "<stub>", "exec"), namespace)
-    calls = [((5,), {}), ((), {"x": 5}), ((5,), {"n": 2})]
-    assert [namespace["power"](*a, **k) for a, k in calls] == [25, 25, 25]
+    for a, k in [((5,), {}), ((), {"x": 5}), ((5,), {"n": 2})]:
+        with pytest.raises(RuntimeError, match="exercise 2"):
+            namespace["power"](*a, **k)
+    assert asked == [key] * 3
+    # with no grading client to ask, nothing is replayed
+    monkeypatch.setattr(checks, "_replay", checks._Replay())
     with pytest.raises(RuntimeError, match="exercise 2"):
-        namespace["power"](5, 3)
+        checks.removed_for_grading("helpers.m.power", 2, (), {"x": 5, "rest": (), "n": 2})
+
+
+def test_the_client_serves_a_result_only_to_the_cell_that_recorded_it():
+    import base64
+    import pickle
+
+    def entry(end, name, args, result):
+        return end, name, checks._Replay.key(name, (), args), pickle.dumps(result)
+
+    def ask(name, args):
+        return replay.PROMPT + json.dumps({"name": name, "key": checks._Replay.key(name, (), args)})
+
+    calls = [entry(10, "helpers.t.straggler", {"x": 1}, "teach"),
+             entry(20, "helpers.t.straggler", {"x": 2}, 0),
+             entry(30, "helpers.c.estimate", {"p": "every"}, {"saved": 7}),
+             entry(31, "helpers.c.estimate", {"p": "none"}, {"saved": 9}),
+             entry(40, "helpers.c.estimate", {"p": "none"}, {"saved": 9})]
+    cells = [("teach:cell-05", 10), ("visible:ex1_test", 20), ("answer:ex2_choose", 20),
+             ("hidden:ex2_test", 31), ("hidden:ex3_test", 40)]
+    table = replay.build_table(calls, cells)
+    assert replay.describe(table) == {"teach:cell-05": 1, "visible:ex1_test": 1, "hidden:ex2_test": 2,
+                                      "hidden:ex3_test": 1}
+    server = replay.Server(table, {"helpers.t.straggler": 1, "helpers.c.estimate": 2})
+    got = lambda origin, name, args: (lambda a: pickle.loads(base64.b64decode(a)) if a else None)(  # noqa: E731
+        server.answer(origin, ask(name, args)))
+    assert got("teach:cell-05", "helpers.t.straggler", {"x": 1}) == "teach"
+    assert got("visible:ex1_test", "helpers.t.straggler", {"x": 2}) == 0
+    # another cell's call: not served, not even the same arguments in another origin
+    assert got("visible:ex1_test", "helpers.t.straggler", {"x": 1}) is None
+    assert got("extra", "helpers.t.straggler", {"x": 1}) is None
+    # a hidden test never gets its own exercise's helper (estimate is exercise 2) ...
+    assert got("hidden:ex2_test", "helpers.c.estimate", {"p": "every"}) is None
+    # ... but a later exercise's answer may use an earlier exercise's helper, as recorded there
+    assert got("hidden:ex3_test", "helpers.c.estimate", {"p": "none"}) == {"saved": 9}
+    assert got("hidden:ex3_test", "helpers.c.estimate", {"p": "none"}) == {"saved": 9}  # repeats
+    assert got("hidden:ex3_test", "helpers.c.estimate", {"p": "every"}) is None  # recorded elsewhere
+    assert server.answer("teach:cell-05", replay.PROMPT + "{not json") == ""
+    assert server.answer("teach:cell-05", "an ordinary input() prompt") == ""
+    assert server.refused == 6
+    last = replay.exercises_of([(1, "timeline", ["straggler"]), (4, "timeline", ["straggler"])],
+                               {"helpers.timeline.straggler": "exercise 1"})
+    assert last == {"helpers.timeline.straggler": 4}
 
 
 def test_replay_keys_are_the_same_in_every_process():
@@ -170,6 +216,28 @@ def test_answer_source_has_a_cap():
     reason = _oversized({"cells": [{"cell_type": "code", "source": big}]}, {"ex1": big})
     assert "over the 100,000 cap" in reason and "ex1" in reason
     assert _oversized({"cells": []}, {"ex1": "def f():\n    return 1\n"}) == ""
+
+
+def test_an_oversized_answer_is_refused_before_anything_parses_it(tmp_path, monkeypatch):
+    """The caps come before the exam is built: building it parses every learner cell in the
+    grading process (seconds and hundreds of MB for a few MB of source)."""
+    import nbformat
+
+    from trainperf.grading import grade as grading
+
+    solution = nbformat.read(ROOT / "solutions" / "01_roofline" / "01_roofline.ipynb", as_version=4)
+    released = nbformat.read(ROOT / "notebooks" / "01_roofline" / "01_roofline.ipynb", as_version=4)
+    for cell in released.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex1_intensity":
+            cell.source = "x = 1\n" * (MAX_ANSWER_CHARS // 6 + 10)
+    path = tmp_path / "01_roofline.ipynb"
+    nbformat.write(released, path)
+    template = types.SimpleNamespace(solution=solution, released=released, max_score=10.0)
+    course = types.SimpleNamespace(templates={"01_roofline": template})
+    monkeypatch.setattr(grading, "build_exam", lambda *a: pytest.fail("the exam was built"))
+    outcome = grading.grade_one(course, "s", "01_roofline", path, None, "k")
+    assert outcome.score == 0 and "ex1_intensity" in outcome.reason
+    assert "over the 100,000 cap" in outcome.reason
 
 
 def test_copy_detector_runs_bounded_in_a_child(monkeypatch):

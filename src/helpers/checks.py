@@ -247,15 +247,21 @@ class _Hidden:
 hidden = _Hidden()
 
 
+REPLAY_PROMPT = "\x00trainperf-replay "  # an input() prompt the grading client answers (see _Replay)
+
+
 class _Replay:
     """Results of the trusted cells' calls to an exercise's helpers, from the reference run.
 
     Under ``trainperf grade`` the learner's kernel has no body for the helpers an exercise asks
     for (:mod:`trainperf.grading.stubs`). The chapter's own cells still call some of them on
-    fixed inputs (a visible check's expected value, a hidden case built from a trace), so the
-    reference run records each such call — outside ``expect=`` and outside another recorded
-    call — keyed by its arguments, and the learner's kernel replays it. A call with other
-    arguments (the learner's) has nothing to replay."""
+    fixed inputs (a visible check's expected value, a teaching cell's table), so the reference
+    run records each such call — outside ``expect=`` and outside another recorded call —
+    keyed by its arguments, and the grading client notes which cell made it. In the graded
+    kernel a stub asks the client for the result over the kernel's input channel; the table
+    never enters the kernel. The client answers only with a result recorded in the cell that is
+    running now, and in a hidden test only for the helpers of earlier exercises
+    (:mod:`trainperf.grading.sandbox`). Any other call has nothing to replay."""
 
     MAX_ITEM = 8 * 2**20
     MAX_TOTAL = 64 * 2**20
@@ -264,7 +270,6 @@ class _Replay:
         self.depth = 0  # inside a recorded call: its inner calls are not recorded
         self.in_expect = False  # evaluating a hidden check's expected side: never recorded
         self.written = 0
-        self.table: dict[str, list[bytes]] | None = None  # per key, results in call order
 
     @staticmethod
     def folder() -> str:
@@ -325,6 +330,7 @@ class _Replay:
         return hashlib.sha256(buffer.getvalue()).hexdigest()
 
     def store(self, name: str, args: tuple, kwargs: dict, result: Any) -> None:
+        """Reference run: append ``(name, key, pickled result)`` to the calls file."""
         import os
         import pickle
 
@@ -336,31 +342,31 @@ class _Replay:
         if key is None or len(blob) > self.MAX_ITEM or self.written + len(blob) > self.MAX_TOTAL:
             return
         with open(os.path.join(self.folder(), "calls.pkl"), "ab") as fh:
-            pickle.dump((key, blob), fh, protocol=4)
+            pickle.dump((name, key, blob), fh, protocol=4)
         self.written += len(blob)
 
     def lookup(self, name: str, args: tuple, kwargs: dict) -> tuple[bool, Any]:
+        """Graded run: ask the grading client for a recorded result (``(found, result)``)."""
+        import base64
+        import json
         import os
         import pickle
 
-        if self.table is None:
-            self.table = {}
-            path = os.path.join(self.folder(), "calls.pkl")
-            if self.folder() and os.path.isfile(path):
-                with open(path, "rb") as fh:  # written by the trusted reference run
-                    while True:
-                        try:
-                            key, blob = pickle.load(fh)
-                        except EOFError:
-                            break
-                        self.table.setdefault(key, []).append(blob)
-        key = self.key(name, args, kwargs)
-        if key is None or key not in self.table:
+        if not os.environ.get("TRAINPERF_REPLAY_CLIENT"):
             return False, None
-        # two trusted calls can share a key (a closure over a model under two checkpointing
-        # plans): they replay in the order they were made; the last result then repeats
-        results = self.table[key]
-        return True, pickle.loads(results.pop(0) if len(results) > 1 else results[0])
+        key = self.key(name, args, kwargs)
+        if key is None:
+            return False, None
+        try:
+            from IPython import get_ipython
+
+            kernel = get_ipython().kernel
+            answer = kernel.raw_input(REPLAY_PROMPT + json.dumps({"name": name, "key": key}))
+        except Exception:  # noqa: BLE001 — no client that answers (stdin off, not a kernel)
+            return False, None
+        if not answer:
+            return False, None
+        return True, pickle.loads(base64.b64decode(answer))  # from the trusted client only
 
 
 _replay = _Replay()

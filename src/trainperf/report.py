@@ -45,7 +45,8 @@ REVIEW = {
     "isolation event": re.compile(r"outlived the sandbox|could not be started|"
                                   r"notebook client ended unexpectedly"),
     "limit hit": re.compile(r"cell limit|notebook limit|ran out of memory|MiB limit|scratch disk|"
-                            r"limit of \d+ processes|kernel died|output was truncated|records over the cap"),
+                            r"limit of \d+ processes|kernel died|output was truncated|records over the cap|"
+                            r"over the client's size cap"),
     "test cells edited": re.compile(r"test cell \S+ was (edited|deleted|turned into)|"
                                     r"carries the hidden tests|answer cell \S+ is missing"),
     "unusual files": re.compile(r"symbolic link|not valid JSON|empty file|could not be read|"

@@ -147,7 +147,7 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
     def add_extras(key: str) -> None:
         for extra in extras_after.get(key, []):
             learners.add(len(cells))
-            cells.append(_code(_source(extra)))
+            cells.append(_code(_source(extra), "extra"))
 
     add_extras("__start__")
     for cell in released["cells"]:
@@ -155,20 +155,23 @@ def build_exam(solution: dict[str, Any], released: dict[str, Any],
         gid = meta.get("grade_id")
         if meta.get("grade"):
             visible, hidden = _test_cells(_source(tests[gid]), imports, reference)
-            cells.append(_code(visible))
+            cells.append(_code(visible, f"visible:{gid}"))
             graded.append(GradedCell(gid, float(meta.get("points", 0)), len(cells), len(cells) - 1))
-            cells.append(_code(hidden))
+            cells.append(_code(hidden, f"hidden:{gid}"))
             # a failed visible part scores 0 whatever the hidden part does: the client skips it
-            cells[-1]["metadata"] = {HIDDEN_PART: True}
+            cells[-1]["metadata"][HIDDEN_PART] = True
         elif meta.get("solution"):
             mine = mine_by_grade_id.get(gid)
             if mine is None or mine.get("cell_type") != cell["cell_type"]:
                 notes.append(f"answer cell {gid} is missing; graded as unanswered")
                 mine = cell
             answers[gid] = len(cells)
-            cells.append(_code(_source(mine)) if cell["cell_type"] == "code" else copy.deepcopy(mine))
+            cells.append(_code(_source(mine), f"answer:{gid}") if cell["cell_type"] == "code"
+                         else copy.deepcopy(mine))
         else:
             cells.append(copy.deepcopy(cell))
+            if cell["cell_type"] == "code":
+                cells[-1].setdefault("metadata", {})[ORIGIN] = f"teach:{cell.get('id', '')}"
         add_extras(f"grade:{gid}" if gid else f"id:{cell.get('id')}")
     if graded:  # nothing after the last test cell can change a grade: it is not run
         cells = cells[:graded[-1].index + 1]
@@ -224,8 +227,8 @@ def _test_cell_notes(tests: dict[str, dict[str, Any]], mine: dict[str, dict[str,
     return notes
 
 
-def _code(source: str) -> dict[str, Any]:
-    return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+def _code(source: str, origin: str) -> dict[str, Any]:
+    return {"cell_type": "code", "execution_count": None, "metadata": {ORIGIN: origin}, "outputs": [],
             "source": source}
 
 
@@ -246,12 +249,16 @@ class CellVerdict:
 
 
 HIDDEN_PART = "trainperf_hidden_part"  # cell metadata: run only if the cell before it passed
+# cell metadata: where a cell of the exam comes from — "teach:<cell id>", "visible:<grade_id>",
+# "hidden:<grade_id>", "answer:<grade_id>" or "extra" (a cell the learner added). The grading
+# client serves a recorded helper result only to the cell whose origin recorded it (sandbox.py).
+ORIGIN = "trainperf_origin"
 VISIBLE = "#visible"  # reference[grade_id + VISIBLE]: the reference run's visible checks
 # error names a feedback page may show: Python's own and the course's (a learner's own exception
 # class could be named after anything it saw)
 _ENAMES = {name for name, value in vars(builtins).items()
            if isinstance(value, type) and issubclass(value, BaseException)} | {
-    "CheckFailed", "CellTimeoutError", "DeadKernelError", "OutOfMemoryError", "NotPlain"}
+    "CheckFailed", "CellTimeoutError", "DeadKernelError", "OutOfMemoryError", "NotPlain", "OutputTooLarge"}
 
 
 def check_records(record: dict[str, Any]) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -20,18 +21,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..course import CourseError, cache_dir, chapter_notebook, chapters, tree_hash, write_atomically
 from .copies import Checker
 from .copies import flags as copy_flags
-from .exam import CellVerdict, build_exam, events, helper_imports, score, solution_answers
+from .exam import ORIGIN, CellVerdict, build_exam, events, helper_imports, score, solution_answers
 from .exam import _source as cell_source
 from .isolate import Isolation, KernelLimits, detect, execute, install_helpers_copy, pick_uids
 from .parts import course_version, student_order, write_details
 from .reference import ChapterTemplate, make_templates, reference_records
+from .replay import build_table, exercises_of, read_calls
 from .results import Outcome, StudentRow, load_progress, progress_line, write_csv, write_feedback
 from .shards import Shard, select, summarize
-from .stubs import Stubs, install_stubbed_copy
+from .stubs import Stubs, blocked_calls, install_stubbed_copy
 from .stubs import resolve as resolve_stubs
 from .submissions import discover, read_submission
 
@@ -70,8 +73,12 @@ class Course:
     compile_caches: dict[str, Path] = field(default_factory=dict)  # chapter -> torch.compile cache
     graded_sites: dict[str, Path] = field(default_factory=dict)  # chapter -> helpers with stubs
     reference_sites: dict[str, Path] = field(default_factory=dict)  # chapter -> helpers that record
-    replays: dict[str, Path] = field(default_factory=dict)  # chapter -> the trusted calls' results
+    # chapter -> the reference run's folder for its trusted calls, while it runs
+    replays: dict[str, Path] = field(default_factory=dict)
+    # chapter -> the table of those calls by origin, which the client serves (grading.replay)
+    replay_tables: dict[str, Path] = field(default_factory=dict)
     exercises: dict[str, dict[str, str]] = field(default_factory=dict)  # chapter -> stub -> "exercise N"
+    last_exercise: dict[str, dict[str, int]] = field(default_factory=dict)  # chapter -> stub -> last N
     copies: Checker | None = None  # the copy detector's child process
 
     def run(self, notebook: dict, uid: int | None, chapter: str = "", reference: bool = False):
@@ -79,7 +86,9 @@ class Course:
         # the chapter's exercised helpers are stubs (:mod:`trainperf.grading.stubs`)
         sites = self.reference_sites if reference else self.graded_sites
         return execute(notebook, isolation=self.isolation, uid=uid, site=sites.get(chapter, self.site),
-                       replay=self.replays.get(chapter),
+                       replay=self.replays.get(chapter) if reference else None,
+                       replay_table=None if reference else self.replay_tables.get(chapter),
+                       replay_exercises=self.last_exercise.get(chapter),
                        cell_timeout=self.limits.cell_timeout,
                        notebook_timeout=self.limits.notebook_timeout, max_output=self.limits.max_output,
                        limits=self.limits.kernel(), record=True, scratch=self.scratch,
@@ -106,6 +115,11 @@ def _reasons(exam_notes: list[str], verdicts: list[CellVerdict], execution, limi
                 record.get("ename") == "BlockingIOError":
             reasons.append(f"answer {gid} hit the limit of {limits.processes} processes")
     stuck = any(r.get("stuck") for r in records.values())
+    flooded = [i for i, r in sorted(records.items()) if r.get("ename") == "OutputTooLarge"]
+    if flooded:
+        where = next((f"answer {gid}" for gid, i in answers.items() if i == flooded[0]), "a cell")
+        reasons.append(f"{where} sent a message over the client's size cap; grading stopped there, no "
+                       "later cell counts — review")
     died = [r for r in records.values() if r.get("status") == "died"]
     if died:
         reasons.append(f"the kernel died in cell {died[0]['index']}; no later cell counts")
@@ -145,12 +159,15 @@ def grade_one(course: Course, student: str, chapter: str, notebook: Path, uid: i
     submission, problem, _ = read_submission(notebook)
     if submission is None:
         return Outcome(student, chapter, 0.0, template.max_score, problem, key=key)
+    # the caps come first: building the exam parses every cell of the learner's (in this process)
+    raw = {cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"): cell_source(cell)
+           for cell in submission.get("cells", []) if cell.get("cell_type") == "code"}
+    too_big = _oversized(submission, {gid: text for gid, text in raw.items() if gid})
+    if too_big:
+        return Outcome(student, chapter, 0.0, template.max_score, too_big, key=key)
     exam = build_exam(template.solution, template.released, submission)
     cells = exam.notebook["cells"]
     answers = {gid: cell_source(cells[i]) for gid, i in exam.answers.items()}
-    too_big = _oversized(submission, answers)
-    if too_big:
-        return Outcome(student, chapter, 0.0, template.max_score, too_big, key=key)
     # the cells the learner added run too: the copy check reads them as well
     answers.update({f"added cell {n}": cell_source(cells[i]) for n, i in enumerate(exam.extras, 1)})
     review = course.copies.check(answers) if course.copies else copy_flags(answers, course.package_dir)
@@ -214,6 +231,8 @@ def prepare(root: Path, chapter_ids: list[str], limits: Limits, scratch: Path,
     for chapter in chapter_ids:
         stubs = _stubs(templates[chapter], Path(package_dir))
         course.exercises[chapter] = stubs.exercises()
+        course.last_exercise[chapter] = exercises_of(blocked_calls(templates[chapter].solution),
+                                                     stubs.exercises())
         course.graded_sites[chapter] = install_stubbed_copy(site, scratch / f"site-{chapter}", stubs)
         course.reference_sites[chapter] = install_stubbed_copy(
             site, scratch / f"site-reference-{chapter}", stubs, recording=True)
@@ -247,39 +266,40 @@ def _stubs(template: ChapterTemplate, package_dir: Path) -> Stubs:
 
 def _reference(course: Course, chapter: str, uid: int | None, fresh: bool) -> dict:
     """The chapter's reference records; a reference run also leaves torch.compile's cache,
-    kept beside the records, which every submission's kernel then starts from (a copy)."""
+    kept beside the records, which every submission's kernel then starts from (a copy), and
+    the table of its trusted calls by origin, which the grading client serves
+    (:mod:`trainperf.grading.replay`)."""
     template = course.templates[chapter]
     seed = cache_dir() / "compile" / f"{chapter}-{template.source_hash}"
     fresh_cache = course.scratch / f"compile-{chapter}"
     replay = course.scratch / f"replay-{chapter}"
-    kept_replay = cache_dir() / "reference" / f"{chapter}-{template.source_hash}.replay.pkl"
+    kept_table = cache_dir() / "reference" / f"{chapter}-{template.source_hash}.replay-table.pkl"
     replay.mkdir(parents=True, exist_ok=True)
-    ran = False
+    ran: dict[str, Any] = {}
 
     def run_reference(notebook: dict):
-        nonlocal ran
-        ran = True
         fresh_cache.mkdir(parents=True, exist_ok=True)
         if uid is not None:
             os.chown(fresh_cache, uid, uid)
             os.chown(replay, uid, uid)
         course.compile_caches[chapter] = fresh_cache
         course.replays[chapter] = replay
-        return course.run(notebook, uid, chapter, reference=True)
+        execution = course.run(notebook, uid, chapter, reference=True)
+        ran.update(notebook=notebook, execution=execution)
+        return execution
 
     # the reference's records and its replay table are one result: both cached, or both made
-    records = reference_records(template, run_reference, fresh=fresh or not kept_replay.is_file())
-    calls = replay / "calls.pkl"
+    records = reference_records(template, run_reference, fresh=fresh or not kept_table.is_file())
     if ran:
-        kept_replay.parent.mkdir(parents=True, exist_ok=True)
-        tmp = kept_replay.with_suffix(f".{os.getpid()}.tmp")
-        shutil.copyfile(calls, tmp) if calls.is_file() else tmp.write_bytes(b"")
-        os.replace(tmp, kept_replay)
-    else:
-        shutil.copyfile(kept_replay, calls)
-    for path in (replay, calls):
-        path.chmod(0o555 if path.is_dir() else 0o444)
-    course.replays[chapter] = replay
+        cells = ran["notebook"]["cells"]
+        sizes = [(cells[i].get("metadata", {}).get(ORIGIN, ""), int(r.get("replay_size", 0)))
+                 for i, r in sorted(ran["execution"].records.items()) if i >= 0 and i < len(cells)]
+        table = build_table(read_calls(replay / "calls.pkl"), sizes)
+        kept_table.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(kept_table, pickle.dumps(table, protocol=4))
+    course.replays.pop(chapter, None)
+    shutil.rmtree(replay, ignore_errors=True)
+    course.replay_tables[chapter] = kept_table  # read by the client, outside the sandbox
     if fresh_cache.is_dir() and not seed.exists():
         for path in [fresh_cache, *fresh_cache.rglob("*")]:
             path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))

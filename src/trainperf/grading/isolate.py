@@ -173,7 +173,7 @@ def kernel_env(record: bool) -> dict[str, str]:
 
 
 SEED = "/opt/trainperf/compile-seed"  # where a read-only compile cache appears in the sandbox
-REPLAY = "/opt/trainperf/replay"  # the reference run's trusted calls (helpers.checks._Replay)
+REPLAY = "/opt/trainperf/replay"  # where the reference run writes its trusted calls (helpers.checks._Replay)
 
 
 def kernel_argv(level: str, uid: int | None, site: Path, connection_dir: Path,
@@ -186,10 +186,14 @@ def kernel_argv(level: str, uid: int | None, site: Path, connection_dir: Path,
     writes it (``writable_cache``); a submission's kernel starts with a private copy of it, so
     compiling the teaching cells' code is warm and no kernel can change what another sees.
     """
-    if replay is not None:  # see helpers.checks.removed_for_grading; the reference run writes it
-        env_replay = {"TRAINPERF_REPLAY": str(replay) if level == "none" else REPLAY}
-        if writable_cache:
-            env_replay["TRAINPERF_REPLAY_WRITE"] = "1"
+    # see helpers.checks.removed_for_grading: the reference run writes its trusted calls to
+    # ``replay`` (a folder); a graded kernel asks the grading client for them, so no table of
+    # recorded results is ever inside its sandbox
+    if replay is not None and writable_cache:
+        env_replay = {"TRAINPERF_REPLAY": str(replay) if level == "none" else REPLAY,
+                      "TRAINPERF_REPLAY_WRITE": "1"}
+    elif replay is not None:
+        env_replay = {"TRAINPERF_REPLAY_CLIENT": "1"}
     else:
         env_replay = {}
     rlimits = [("RLIMIT_CORE", 0), ("RLIMIT_FSIZE", limits.file_mb * 2**20)]
@@ -215,9 +219,9 @@ def kernel_argv(level: str, uid: int | None, site: Path, connection_dir: Path,
         binds.append((Path("/tmp/inductor"), compile_cache, "--bind"))
     elif compile_cache is not None and compile_cache.is_dir():
         binds.append((Path(SEED), compile_cache, "--ro-bind"))
-    if replay is not None:
-        binds.append((Path(REPLAY), replay, "--bind" if writable_cache else "--ro-bind"))
         env["TRAINPERF_COMPILE_SEED"] = SEED
+    if replay is not None and writable_cache:
+        binds.append((Path(REPLAY), replay, "--bind"))
     args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
     if level == "userns":
@@ -342,8 +346,14 @@ def _kill_group(pid: int | None) -> None:
 def execute(notebook: dict[str, Any], *, isolation: Isolation, uid: int | None, site: Path,
             cell_timeout: int, notebook_timeout: float, max_output: int, limits: KernelLimits,
             record: bool, scratch: Path, compile_cache: Path | None = None,
-            writable_cache: bool = False, replay: Path | None = None) -> Execution:
-    """Run ``notebook`` in a fresh kernel in the sandbox; the cells' results, as they came."""
+            writable_cache: bool = False, replay: Path | None = None,
+            replay_table: Path | None = None, replay_exercises: dict[str, int] | None = None
+            ) -> Execution:
+    """Run ``notebook`` in a fresh kernel in the sandbox; the cells' results, as they came.
+
+    ``replay``: the reference run's folder for its trusted calls (with ``writable_cache``);
+    ``replay_table``: a graded run's table of them, which the client serves
+    (:mod:`trainperf.grading.replay`), with each exercised helper's last exercise."""
     # a short path: the kernel's sockets live here and a socket path may not pass 107 bytes
     connection_dir = Path(tempfile.mkdtemp(prefix="tp-", dir="/tmp"))
     if uid is not None:
@@ -352,13 +362,18 @@ def execute(notebook: dict[str, Any], *, isolation: Isolation, uid: int | None, 
         for sub in ("home", "tmp", "work"):
             (connection_dir / sub).mkdir()
     argv, env = kernel_argv(isolation.level, uid, site, connection_dir, limits, record,
-                            compile_cache, writable_cache, replay)
+                            compile_cache, writable_cache,
+                            replay if writable_cache else replay_table)
     client_home = scratch / f"client-{secrets.token_hex(6)}"
     client_home.mkdir(parents=True)
     job = {"notebook": notebook, "kernel_argv": argv, "kernel_env": env, "kernel_uid": uid,
            "connection_dir": str(connection_dir), "cell_timeout": cell_timeout,
            "max_output": max_output,
            "cwd": str(connection_dir / "work" if isolation.level == "none" else client_home)}
+    if replay is not None and writable_cache:
+        job["replay_log"] = str(replay / "calls.pkl")
+    elif replay_table is not None:
+        job["replay_table"], job["replay_exercises"] = str(replay_table), replay_exercises or {}
     child_env = {key: os.environ[key] for key in ("PATH", "LANG", "LC_ALL") if key in os.environ}
     child_env.update(HOME=str(client_home), JUPYTER_RUNTIME_DIR=str(client_home),
                      JUPYTER_CONFIG_DIR=str(client_home), JUPYTER_DATA_DIR=str(client_home),

@@ -30,6 +30,7 @@ MAX_MESSAGE_BYTES = 16 * 2**20  # one message from the kernel (a plot is well un
 CLIENT_MEMORY_MB = 3072  # address space of this process (set by the grader when it starts it)
 STUCK_GRACE_S = 5.0  # after an interrupt, how long a kernel may take to become idle
 HIDDEN_PART = "trainperf_hidden_part"  # as in trainperf.grading.exam (not imported: kept light)
+ORIGIN = "trainperf_origin"  # as in trainperf.grading.exam
 
 
 def _excerpt(outputs: list[dict[str, Any]], limit: int) -> str:
@@ -80,6 +81,12 @@ def _kernel_manager(job: dict[str, Any]):
             if owner is not None:
                 os.chown(self.connection_file, owner, owner)
 
+        def client(self, **kwargs: Any):  # noqa: D102
+            # the client's sockets come from this manager's context, which caps a message's size
+            # (jupyter_client's client would otherwise make a context of its own, uncapped)
+            kwargs.setdefault("context", self.context)
+            return super().client(**kwargs)
+
     import zmq
 
     folder = Path(job["connection_dir"])
@@ -89,6 +96,23 @@ def _kernel_manager(job: dict[str, Any]):
     # hundreds of MB at once never makes this (unsandboxed) process hold them
     manager.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
     return manager
+
+
+def _watch_output_channel(kc):
+    """An async check, called after each cell: did the output channel lose its connection (the
+    socket drops a peer that sends a message over ``MAX_MESSAGE_BYTES``)?"""
+    import zmq
+    from zmq.utils.monitor import parse_monitor_message
+
+    monitor = kc.iopub_channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+
+    async def lost() -> bool:
+        dropped = False
+        while await monitor.poll(timeout=0):
+            event = parse_monitor_message(await monitor.recv_multipart())
+            dropped = dropped or event.get("event") == zmq.EVENT_DISCONNECTED
+        return dropped
+    return lost
 
 
 async def _is_stuck(client) -> bool:
@@ -105,6 +129,25 @@ async def _is_stuck(client) -> bool:
             return True
         if reply.get("parent_header", {}).get("msg_id") == msg_id:
             return False
+
+
+async def _serve_stdin(kc, server, origin: str) -> None:
+    """While one cell runs: answer the kernel's input requests. A replay request gets what
+    :class:`trainperf.grading.replay.Server` allows for this cell's origin; anything else
+    (a learner's ``input()``) gets an empty line."""
+    import queue
+
+    from .replay import PROMPT
+
+    while True:
+        try:
+            msg = await kc.get_stdin_msg(timeout=0.5)
+        except queue.Empty:
+            continue
+        if msg.get("msg_type") != "input_request":
+            continue
+        prompt = str(msg.get("content", {}).get("prompt", ""))
+        kc.input(server.answer(origin, prompt) if server is not None and prompt.startswith(PROMPT) else "")
 
 
 async def run(job: dict[str, Any], emit) -> None:
@@ -141,6 +184,12 @@ async def run(job: dict[str, Any], emit) -> None:
 
     nb = nbformat.from_dict(job["notebook"])
     replies: dict[int, dict[str, Any]] = {}
+    server = None
+    if job.get("replay_table"):
+        from .replay import Server
+
+        server = Server.load(job["replay_table"], job.get("replay_exercises") or {})
+    calls_log = job.get("replay_log")  # the reference run: note the calls file's size per cell
     client = RecordingClient(
         nb, km=_kernel_manager(job), timeout=cell_timeout, allow_errors=True,
         interrupt_on_timeout=True, startup_timeout=job.get("startup_timeout", 120),
@@ -155,6 +204,8 @@ async def run(job: dict[str, Any], emit) -> None:
         async with client.async_setup_kernel():
             provisioner = getattr(client.km, "provisioner", None)
             emit({"kernel_pid": getattr(provisioner, "pid", None)})
+            client.kc.allow_stdin = True  # the replay requests come over the input channel
+            lost = _watch_output_channel(client.kc)
             failed_before = False  # the code cell before this one
             for index, cell in enumerate(nb.cells):
                 if cell.cell_type != "code" or not cell.source.strip():
@@ -163,6 +214,7 @@ async def run(job: dict[str, Any], emit) -> None:
                     # its visible part failed, so it scores 0 anyway: save the time
                     emit({"index": index, "status": "skipped", "ename": "", "evalue": "", "text": ""})
                     continue
+                stdin = asyncio.ensure_future(_serve_stdin(client.kc, server, cell.metadata.get(ORIGIN, "")))
                 try:
                     await client.async_execute_cell(cell, index)
                 except DeadKernelError:
@@ -170,6 +222,8 @@ async def run(job: dict[str, Any], emit) -> None:
                           "evalue": "the kernel died while running this cell", "text": "",
                           **_records_of(records, index)})
                     return
+                finally:
+                    stdin.cancel()
                 reply = replies.pop(index, {})
                 errors = [o for o in cell.outputs if o.get("output_type") == "error"]
                 failed = reply.get("status") == "error" or bool(errors)
@@ -180,6 +234,17 @@ async def run(job: dict[str, Any], emit) -> None:
                           "ename": first.get("ename", "") if failed else "",
                           "evalue": str(first.get("evalue", ""))[:2000] if failed else "",
                           "text": _excerpt(cell.outputs, max_output), **_records_of(records, index)}
+                if calls_log:
+                    result["replay_size"] = os.path.getsize(calls_log) if os.path.isfile(calls_log) else 0
+                if await lost():
+                    # the socket refused a message over the cap and dropped the connection: what
+                    # the kernel sends from now on (records included) never arrives, so stop here
+                    result.update(status="error", ename="OutputTooLarge", evalue=(
+                        f"the cell sent a message over the {MAX_MESSAGE_BYTES // 2**20} MiB cap; "
+                        "the output channel was closed and the notebook stopped here"))
+                    emit(result)
+                    await client.km.shutdown_kernel(now=True)
+                    return
                 failed_before = failed
                 if timed_out and await _is_stuck(client):
                     result["stuck"] = True
