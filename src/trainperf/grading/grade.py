@@ -78,7 +78,7 @@ class Course:
     # chapter -> the table of those calls by origin, which the client serves (grading.replay)
     replay_tables: dict[str, Path] = field(default_factory=dict)
     exercises: dict[str, dict[str, str]] = field(default_factory=dict)  # chapter -> stub -> "exercise N"
-    last_exercise: dict[str, dict[str, int]] = field(default_factory=dict)  # chapter -> stub -> last N
+    blocking: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # chapter -> stub -> exercises
     copies: Checker | None = None  # the copy detector's child process
 
     def run(self, notebook: dict, uid: int | None, chapter: str = "", reference: bool = False):
@@ -88,7 +88,7 @@ class Course:
         return execute(notebook, isolation=self.isolation, uid=uid, site=sites.get(chapter, self.site),
                        replay=self.replays.get(chapter) if reference else None,
                        replay_table=None if reference else self.replay_tables.get(chapter),
-                       replay_exercises=self.last_exercise.get(chapter),
+                       replay_exercises=self.blocking.get(chapter),
                        cell_timeout=self.limits.cell_timeout,
                        notebook_timeout=self.limits.notebook_timeout, max_output=self.limits.max_output,
                        limits=self.limits.kernel(), record=True, scratch=self.scratch,
@@ -231,7 +231,7 @@ def prepare(root: Path, chapter_ids: list[str], limits: Limits, scratch: Path,
     for chapter in chapter_ids:
         stubs = _stubs(templates[chapter], Path(package_dir))
         course.exercises[chapter] = stubs.exercises()
-        course.last_exercise[chapter] = exercises_of(blocked_calls(templates[chapter].solution),
+        course.blocking[chapter] = exercises_of(blocked_calls(templates[chapter].solution),
                                                      stubs.exercises())
         course.graded_sites[chapter] = install_stubbed_copy(site, scratch / f"site-{chapter}", stubs)
         course.reference_sites[chapter] = install_stubbed_copy(

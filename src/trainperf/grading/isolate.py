@@ -347,13 +347,13 @@ def execute(notebook: dict[str, Any], *, isolation: Isolation, uid: int | None, 
             cell_timeout: int, notebook_timeout: float, max_output: int, limits: KernelLimits,
             record: bool, scratch: Path, compile_cache: Path | None = None,
             writable_cache: bool = False, replay: Path | None = None,
-            replay_table: Path | None = None, replay_exercises: dict[str, int] | None = None
+            replay_table: Path | None = None, replay_exercises: dict[str, list[int]] | None = None
             ) -> Execution:
     """Run ``notebook`` in a fresh kernel in the sandbox; the cells' results, as they came.
 
     ``replay``: the reference run's folder for its trusted calls (with ``writable_cache``);
     ``replay_table``: a graded run's table of them, which the client serves
-    (:mod:`trainperf.grading.replay`), with each exercised helper's last exercise."""
+    (:mod:`trainperf.grading.replay`), with the exercises that block each exercised helper."""
     # a short path: the kernel's sockets live here and a socket path may not pass 107 bytes
     connection_dir = Path(tempfile.mkdtemp(prefix="tp-", dir="/tmp"))
     if uid is not None:
