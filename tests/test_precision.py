@@ -196,6 +196,54 @@ def test_mx_scales_are_powers_of_two_by_the_spec():
     assert back.shape == x.shape and back[-1].item() == 896.0  # 1000 / 2 = 500 saturates to 448
 
 
+def _ocp_scale_exponent(block: list[float], emax_elem: int = 8) -> float:
+    """OCP MX v1.0's shared exponent, written out: floor(log2(max |V|)) - emax_elem, from the
+    float's bits in float64 (math.frexp is exact), clamped to E8M0's range; NaN for a block
+    with a NaN or an infinity; -127 for an all-zero block."""
+    if any(math.isnan(v) or math.isinf(v) for v in block):
+        return math.nan
+    amax = max(abs(v) for v in block)
+    if amax == 0:
+        return -127.0
+    return float(min(127, max(-127, math.frexp(amax)[1] - 1 - emax_elem)))
+
+
+@pytest.mark.parametrize("amax", [1024.0, float(torch.tensor(1024.0).nextafter(torch.tensor(0.0))),
+                                  0.5, float(torch.tensor(0.5).nextafter(torch.tensor(0.0))), 448.0,
+                                  1.0, 3e-40, 2.0**-126])
+def test_mx_scale_exponent_matches_the_spec_at_and_just_below_powers_of_two(amax):
+    block = [amax] + [amax / 3] * 31
+    x = torch.tensor(block, dtype=torch.float32)
+    back, scales = precision.mx_quantize(x)
+    spec = _ocp_scale_exponent(x.tolist())
+    assert math.log2(scales.float().item()) == spec  # 1023.99994 -> 9, not the float32 log2's 10
+    elem = (x / 2.0**spec).to(torch.float8_e4m3fn).float()  # in range: no saturation needed
+    assert torch.equal(back, elem * 2.0**spec)
+
+
+def test_mx_blocks_with_nan_inf_or_zeros():
+    nan_block = [1.0] * 31 + [math.nan]
+    inf_block = [2.0] * 31 + [math.inf]
+    x = torch.tensor(nan_block + inf_block + [0.0] * 32 + [3.0] * 32)
+    back, scales = precision.mx_quantize(x)
+    got = scales.float().tolist()
+    assert math.isnan(got[0]) and math.isnan(got[1])  # E8M0's NaN code: the whole block is NaN
+    assert torch.isnan(back[:64]).all() and _ocp_scale_exponent(nan_block) != _ocp_scale_exponent(nan_block)
+    assert got[2] == 2.0**-127 and torch.all(back[64:96] == 0)
+    assert back[96:].tolist() == [3.0] * 32 and got[3] == 2.0 ** _ocp_scale_exponent([3.0] * 32)
+
+
+def test_delayed_scaling_keeps_its_scale_while_a_nan_is_in_the_history():
+    from collections import deque
+
+    # the same amaxes with the NaN first or not: Python's max() gave 8.0 for one and 224.0 for
+    # the other; a NaN in the history keeps the scale until it has left the history
+    for history, scales in (([math.nan, 2.0], [8.0, 224.0, 448.0]), ([2.0, math.nan], [8.0, 8.0, 448.0])):
+        state = precision.DelayedScaling(448.0, history_len=3, scale=8.0, history=deque(history))
+        assert [state.update(a) for a in (1.0, 1.0, 0.5)] == scales
+        assert state.update(4.0) == 112.0  # the history's max, as before
+
+
 def test_mx_saturates_elements_above_the_largest_normal():
     x = torch.tensor([1.99 * 2**8] + [1.0] * 31)  # floor(log2) = 8 -> X = 1, 509 > 448
     back, _ = precision.mx_quantize(x)

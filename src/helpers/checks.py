@@ -260,8 +260,8 @@ class _Replay:
     keyed by its arguments, and the grading client notes which cell made it. In the graded
     kernel a stub asks the client for the result over the kernel's input channel; the table
     never enters the kernel. The client answers only with a result recorded in the cell that is
-    running now, and in a hidden test only for the helpers of earlier exercises
-    (:mod:`trainperf.grading.sandbox`). Any other call has nothing to replay."""
+    running now, and in a hidden test never the graded exercise's own helper once an answer may
+    be running (:mod:`trainperf.grading.replay`). Any other call has nothing to replay."""
 
     MAX_ITEM = 8 * 2**20
     MAX_TOTAL = 64 * 2**20

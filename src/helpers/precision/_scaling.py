@@ -116,9 +116,15 @@ class DelayedScaling:
         return amax * self.scale > self.fmt_max
 
     def update(self, amax: float) -> float:
-        """Record this step's amax; return the scale for the next step."""
+        """Record this step's amax; return the scale for the next step. A NaN in the history
+        makes its max NaN (as ``torch.max`` does in Transformer Engine's scale update), so the
+        scale is kept until the NaN leaves the history; Python's ``max`` would skip a NaN
+        unless it came first."""
         self.history.append(float(amax))
-        reference = max(self.history) if self.policy == "max" else self.history[-1]
+        if self.policy == "max":
+            reference = math.nan if any(math.isnan(a) for a in self.history) else max(self.history)
+        else:
+            reference = self.history[-1]
         if reference > 0 and math.isfinite(reference):
             self.scale = self.fmt_max / reference / 2**self.margin
         return self.scale
@@ -196,16 +202,24 @@ def mx_quantize(x: torch.Tensor, elem_dtype: torch.dtype = torch.float8_e4m3fn, 
     Per block of ``block`` values: ``X = 2^(floor(log2(amax)) - emax_elem)`` (clamped to
     E8M0's 2^-127 … 2^127; an all-zero block gets 2^-127), elements ``V / X`` saturated to the
     element format. ``emax_elem`` is the exponent of the element format's largest normal.
+    ``floor(log2(amax))`` is read from amax's bits (``torch.frexp``): a float32 ``log2`` rounds
+    up for values just below a power of two (1023.99994 gives 10, not 9), which would make
+    the scale one binade too large. A block that holds a NaN or an infinity gets the scale NaN
+    (E8M0's one special code; it has no infinity), and every value of that block reads back
+    as NaN: in OCP MX v1.0 a NaN scale makes the whole block NaN.
     """
     block, = count(block=block)
     flat = x.detach().float().flatten()
     pad = (-flat.numel()) % block
     blocks = torch.cat([flat, flat.new_zeros(pad)]).view(-1, block)
     emax_elem = math.floor(math.log2(fp8_max(elem_dtype)))
-    amax = blocks.abs().amax(dim=1, keepdim=True)
-    exponent = torch.where(amax > 0, torch.floor(torch.log2(amax)) - emax_elem, torch.full_like(amax, -127.0))
+    special = ~torch.isfinite(blocks).all(dim=1, keepdim=True)  # a NaN or an infinity
+    amax = torch.where(special, 0.0, blocks.abs()).amax(dim=1, keepdim=True)
+    floor_log2 = (torch.frexp(amax).exponent - 1).float()  # amax = m * 2^e, m in [0.5, 1)
+    exponent = torch.where(amax > 0, floor_log2 - emax_elem, torch.full_like(amax, -127.0))
     scales = torch.exp2(exponent.clamp(-127, 127))
-    elements = saturating_cast(blocks / scales, elem_dtype).float()
+    elements = saturating_cast(torch.where(special, 0.0, blocks) / scales, elem_dtype).float()
+    scales = torch.where(special, math.nan, scales)
     back = (elements * scales).flatten()[:flat.numel()].view_as(x)
     return back, scales.flatten().to(torch.float8_e8m0fnu)
 
