@@ -60,6 +60,7 @@ class Quantized:
     zero_fraction: float  # non-zero values that became 0
     mean_abs_error: float
     mean_rel_error: float  # over the non-zero values
+    low_fraction: float = 0.0  # non-zero values scaled below the smallest normal: subnormal or 0
 
     def pair(self) -> tuple[float, float]:
         """``(scale, mean_abs_error)``."""
@@ -79,9 +80,11 @@ def quantize(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn, scale: f
     back = saturating_cast(scaled, dtype).float() / scale
     nonzero = x != 0
     err = (back - x).abs()
+    low = (scaled.abs() < torch.finfo(dtype).smallest_normal) & nonzero
     return Quantized(back, scale, (scaled.abs() > fp8_max(dtype)).float().mean().item(),
                      ((back == 0) & nonzero).float().mean().item(), err.mean().item(),
-                     (err[nonzero] / x.abs()[nonzero]).mean().item() if nonzero.any() else 0.0)
+                     (err[nonzero] / x.abs()[nonzero]).mean().item() if nonzero.any() else 0.0,
+                     low.float().mean().item())
 
 
 # --------------------------------------------------------------------------- delayed scaling
@@ -140,6 +143,7 @@ class ScalingStep:
     overflow: bool  # amax · scale > the format's max
     overflow_fraction: float | None = None  # of the tensor's values (when tensors were given)
     mean_rel_error: float | None = None
+    low_fraction: float | None = None  # of the tensor's values: scaled below the smallest normal
 
 
 def simulate_delayed_scaling(amaxes_or_tensors: Sequence[float] | Sequence[torch.Tensor],
@@ -148,7 +152,8 @@ def simulate_delayed_scaling(amaxes_or_tensors: Sequence[float] | Sequence[torch
     """Run delayed scaling over a sequence of steps, given each step's amax or its tensor.
 
     With tensors, each step also quantizes the tensor at the scale it was given (saturating)
-    and records the fraction of values that overflowed and the mean relative error.
+    and records the fraction of values that overflowed, the fraction scaled below the smallest
+    normal (subnormal or zero: where fp8 loses relative precision) and the mean relative error.
     """
     if not amaxes_or_tensors:
         raise ValueError("give at least one step")
@@ -158,9 +163,9 @@ def simulate_delayed_scaling(amaxes_or_tensors: Sequence[float] | Sequence[torch
         if isinstance(item, torch.Tensor):
             amax = item.detach().abs().max().item()
             q = quantize(item, dtype, scale=state.scale)
-            extra = (q.overflow_fraction, q.mean_rel_error)
+            extra = (q.overflow_fraction, q.mean_rel_error, q.low_fraction)
         else:
-            amax, extra = float(item), (None, None)
+            amax, extra = float(item), (None, None, None)
         steps.append(ScalingStep(t, amax, state.scale, state.overflows(amax), *extra))
         state.update(amax)
     return steps

@@ -190,14 +190,20 @@ def loss_gap(reference: Sequence[float], other: Sequence[float], last: int = 10)
 
 
 def plot_losses(curves: dict[str, Sequence[float]], ax: Any = None, title: str = "") -> Any:
-    """Loss curves of several precision settings on one axis."""
+    """Loss curves of several precision settings on one axis, each with its own dash and
+    markers, so a curve that lies on another stays visible."""
     import matplotlib.pyplot as plt
 
     i18n.for_plot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.8))
-    for label, losses in curves.items():
-        ax.plot(range(1, len(losses) + 1), losses, label=text(label), lw=1.5)
+    styles = [("-", None), ("--", "o"), (":", "s"), ("-.", "^")]
+    for i, (label, losses) in enumerate(curves.items()):
+        # curves that lie on top of each other (bf16 on fp32) stay visible: each its own dash
+        # and markers, placed at different steps
+        dash, marker = styles[i % len(styles)]
+        ax.plot(range(1, len(losses) + 1), losses, label=text(label), lw=1.5, ls=dash, marker=marker,
+                ms=4, markevery=(i, max(1, len(losses) // 10)))
     ax.set_xlabel(tr("step"))
     ax.set_ylabel(tr("training loss"))
     ax.set_title(text(title) or tr("fp32 vs mixed precision"))
@@ -319,7 +325,7 @@ def plot_speedups(result: Speedups, ax: Any = None) -> Any:
         b = hardware.bytes_per_element(key)
         intensity = roofline.intensity(roofline.gemm_flops(n, n, n), roofline.gemm_bytes(n, n, n, b))
         point = (intensity, result.gemm_flops[key], f"GEMM {key}")
-        roofline.plot_roofline(roofs[key], result.bandwidth, [point],
+        roofline.plot_roofline(roofs[key], result.bandwidth, [point], color=style,
                                ax=ax, label=(tr("{key} roof (datasheet)", key=key) if result.peaks
                                              else tr("{key} roof (measured)", key=key)))
         ax.axhline(result.step_flops[key] / 1e12, color=style, ls="--", lw=1,
