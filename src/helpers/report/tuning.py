@@ -164,7 +164,8 @@ def tuning_steps(device: str = "cpu") -> list[Change]:
                + (" + pinned memory, non-blocking copies" if gpu else ""),
                {"workers": worker_count(device), "pin_memory": gpu}),
         Change("bf16", "bf16 autocast for the forward pass", {"precision": "bf16"}),
-        Change("fused", "fused AdamW (one kernel for all parameters)", {"fused_optimizer": True}),
+        Change("fused", "fused AdamW (the whole update in one fused pass, not a per-parameter loop)",
+               {"fused_optimizer": True}),
         Change("checkpoint", "activation checkpointing per block (recompute in backward)",
                {"checkpointing": True}),
         Change("compile", "torch.compile (inductor)", {"compile": True}),
@@ -214,8 +215,9 @@ def compile_model(model: nn.Module) -> nn.Module:
 
 
 def make_optimizer(model: nn.Module, lr: float, fused: bool) -> torch.optim.Optimizer:
-    """AdamW: torch's default implementation, or ``fused=True`` (one fused kernel for all
-    parameters; CPU and CUDA)."""
+    """AdamW: torch's default implementation (``foreach`` on a GPU, the per-parameter loop on a
+    CPU), or ``fused=True`` (the whole update of each parameter in one fused pass; CPU and
+    CUDA)."""
     _flag(fused=fused)
     return torch.optim.AdamW(model.parameters(), lr=lr, fused=True if fused else None)
 
