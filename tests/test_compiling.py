@@ -104,6 +104,28 @@ def test_noisy_step_has_three_breaks_with_their_reasons(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_breaks_are_counted_as_dynamo_reports_them_not_as_graphs_minus_one():
+    def prints_first(x):
+        print("before any tensor op")  # a break with no graph before it
+        return x * 2
+
+    def prints_twice(x):
+        y = x + 1
+        print("one")
+        print("two")  # two breaks in a row, one graph on each side
+        return y * 2
+
+    first = compiling.graph_breaks(prints_first, torch.randn(3))
+    assert (first.graphs, first.breaks) == (1, 1) and first.reasons[0].line is not None
+    twice = compiling.graph_breaks(prints_twice, torch.randn(3))
+    assert (twice.graphs, twice.breaks) == (2, 2)
+    import torch._dynamo as dynamo
+
+    # torch's own explain() counts graphs - 1 here, which is what the chapter no longer uses
+    with compiling.quiet():
+        assert dynamo.explain(prints_first)(torch.randn(3)).graph_break_count == 0
+
+
 def test_a_clean_function_is_one_graph_even_if_settings_were_changed():
     def clean(x, w):
         y = x @ w
@@ -176,7 +198,11 @@ def test_report_with_the_eager_backend_measures_and_checks(capfd):
     assert r.break_even == compiling.break_even_steps(r.first_call_s, r.eager.median, r.compiled.median)
     assert (r.rtol, r.atol) == (1.3e-6, 1e-5)  # torch.testing's float32 defaults, stated in the report
     assert [sum(e.compiled for e in r.recompiles[m]) for m in ("auto", "dynamic")] == [2, 1]
+    # every other shape is timed against eager (interleaved) and its values checked
+    assert [c.shapes[0] for c in r.shape_checks] == [(8, 32), (4, 32)]
+    assert all(c.matches and c.speed.pairs >= 3 and c.speed.verdict in bench.VERDICTS for c in r.shape_checks)
     text = r.format()
+    assert "other shapes" in text and "(8×32, 32, 8×32, 8×32): " in text
     assert "first compiled call" in text and "not used (backend 'eager'" in text
     assert "matches eager        yes" in text
     assert f"steady speed-up      {r.speedup:.2f}x (95 % interval {r.speed.low:.2f}x" in text
@@ -233,3 +259,24 @@ def test_step_speedups_carry_the_interval_and_say_when_not_to_trust_it():
     noise = compiling.step_speedups(_speed(1.1, 0.8, 1.4, "within noise"), (0.2,))
     assert "within noise here" in noise[-1] and "not a result" in noise[-1]
     assert "nothing to apply" in compiling.step_speedups(None)[0]
+
+
+# --------------------------------------------------------------------------- what backward gets
+
+def test_inductors_partitioner_recomputes_the_chains_add_instead_of_saving_it():
+    """A traced aot_function shows the choice: min-cut saves the inputs x, bias and mask (in
+    memory anyway) and recomputes h1 = x + bias in the backward; the default partition writes h1."""
+    inputs = compiling.chain_inputs(64, 32)
+    fn = compiling.bias_gelu_dropout_residual
+    min_cut = compiling.saved_for_backward(fn, inputs, needs_grad=(0, 1))
+    default = compiling.saved_for_backward(fn, inputs, needs_grad=(0, 1), partitioner="default")
+    assert [s.name for s in min_cut.saved] == ["primals_1", "primals_2", "primals_3"]
+    assert all(s.is_input for s in min_cut.saved) and min_cut.written == 0
+    assert min_cut.read == 4 * (64 * 32 + 32 + 64 * 32)  # x, bias, mask
+    assert {s.name for s in default.saved} == {"primals_3", "add"} and default.written == 4 * 64 * 32
+    assert min_cut.backward_ops == default.backward_ops + 1  # the recomputed add
+    assert "saves primals_1 (input)" in min_cut.format()
+    with pytest.raises(ValueError, match="partitioner"):
+        compiling.saved_for_backward(fn, inputs, needs_grad=(0,), partitioner="greedy")
+    with pytest.raises(ValueError, match="needs_grad"):
+        compiling.saved_for_backward(fn, inputs, needs_grad=(7,))

@@ -10,6 +10,8 @@
   ``dynamic=True`` and ``mark_dynamic``: :func:`recompiles`, :func:`count_compiles`;
 * where fusion pays — the bytes an element-wise chain moves eagerly and fused:
   :func:`chain_traffic`, :data:`CHAIN`, :func:`bias_gelu_dropout_residual`;
+* what a compiled training step saves for the backward pass, and what the partitioner
+  recomputes instead: :func:`saved_for_backward`;
 * why a faster part may not make the step faster: :func:`step_speedup`, and
   :func:`step_speedups` for a measured speed-up with its interval;
 * whether Inductor can generate code here (a C++ compiler, Triton): :func:`pick_backend`.
@@ -39,8 +41,10 @@ from ._graphs import (
     recompiles,
     shape_probe,
 )
+from ._partition import PARTITIONERS, Saved, SavedForBackward, saved_for_backward
 from ._report import (
     CompileReport,
+    ShapeCheck,
     break_even_steps,
     cache_info,
     pick_backend,
@@ -50,7 +54,8 @@ from ._report import (
 )
 
 __all__ = [
-    "CHAIN", "MODES", "BreakReason", "CompileEvent", "CompileReport", "GraphReport", "Traffic",
+    "CHAIN", "MODES", "PARTITIONERS", "Saved", "SavedForBackward", "saved_for_backward",
+    "BreakReason", "ShapeCheck", "CompileEvent", "CompileReport", "GraphReport", "Traffic",
     "bias_gelu_dropout_residual", "break_even_steps", "cache_info", "chain_inputs", "chain_sizes",
     "chain_traffic", "count_compiles", "graph_breaks", "noisy_step", "pick_backend", "quiet", "recompiles",
     "report", "shape_probe", "step_speedup", "step_speedups",

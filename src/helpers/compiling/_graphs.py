@@ -89,27 +89,77 @@ class GraphReport:
         return "\n".join(lines)
 
 
+class _BreakLog(logging.Handler):
+    """Collects dynamo's graph-break log (``TORCH_LOGS="graph_breaks"``): one record per break."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.endswith("__graph_breaks"):
+            self.records.append(record)
+
+
+class _DropBreaks(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.endswith("__graph_breaks")
+
+
+def _break_reason(record: logging.LogRecord) -> BreakReason:
+    """From one record: ``Graph break in user code at FILE:LINE``, then ``Graph Break Reason:``
+    with dynamo's short name of the cause, on that line or (after a generic "Encountered graph
+    break when attempting to trace ...") on the next non-empty one."""
+    lines = [line.strip() for line in record.getMessage().splitlines()]
+    where = lines[0].rsplit(" at ", 1)[-1] if lines and " at " in lines[0] else "?"
+    filename, _, line = where.rpartition(":")
+    short = "unknown"
+    for i, text in enumerate(lines):
+        if text.startswith("Graph Break Reason:"):
+            short = text.removeprefix("Graph Break Reason:").strip()
+            if short.startswith("Encountered graph break"):
+                short = next((x for x in lines[i + 1:] if x), short)
+            break
+    return BreakReason(short, filename or where, int(line) if line.isdigit() else None)
+
+
+@contextlib.contextmanager
+def _graph_break_log() -> Iterator[_BreakLog]:
+    """Turn dynamo's graph-break log on for a block, collect it, and keep it off the screen."""
+    log, drop = _BreakLog(), _DropBreaks()
+    torch._logging.set_logs(graph_breaks=True)  # (re)installs torch's own handlers: filter after
+    filtered = [h for name in ("torch", "torch._dynamo") for h in logging.getLogger(name).handlers]
+    for handler in filtered:
+        handler.addFilter(drop)
+    logging.getLogger("torch._dynamo").addHandler(log)
+    try:
+        yield log
+    finally:
+        logging.getLogger("torch._dynamo").removeHandler(log)
+        for handler in filtered:
+            handler.removeFilter(drop)
+        torch._logging.set_logs()
+
+
 def graph_breaks(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> GraphReport:
     """Run ``fn(*args, **kwargs)`` under ``torch._dynamo.explain`` and say how it was captured.
 
-    A function dynamo captures whole gives 1 graph and 0 breaks; every break (a ``print``,
-    a ``.item()``, ``if`` on a tensor's value, an unsupported call) splits it and adds one.
-    Runs with dynamo's default settings whatever was changed before, and silenced (see
-    :func:`quiet`). Note: ``explain`` resets dynamo, so functions compiled earlier in the
-    process compile again on their next call.
+    The graph count is ``explain``'s. The breaks are counted as dynamo reports them, in its
+    graph-break log (``TORCH_LOGS="graph_breaks"``), one per break: a break before any tensor
+    op has no graph before it, and two prints in a row are two breaks, so breaks are not
+    simply graphs − 1 (``explain``'s own break count is). A function dynamo captures whole
+    gives 1 graph and 0 breaks. Runs with dynamo's default settings whatever was changed
+    before, and silenced (see :func:`quiet`). Note: ``explain`` resets dynamo, so functions
+    compiled earlier in the process compile again on their next call.
     """
     if not callable(fn):
         raise TypeError(f"graph_breaks needs a function or module, got {type(fn).__name__}")
     import torch._dynamo as dynamo
 
-    with quiet(), _dynamo_defaults():
+    with _graph_break_log() as log, quiet(), _dynamo_defaults():  # quiet after set_logs
         result = dynamo.explain(fn)(*args, **kwargs)
-    reasons = []
-    for item in result.break_reasons:
-        frame = item.user_stack[-1] if item.user_stack else None
-        reasons.append(BreakReason(item.reason.strip().splitlines()[0],
-                                   frame.filename if frame else "?", frame.lineno if frame else None))
-    return GraphReport(result.graph_count, result.graph_break_count, result.op_count, reasons)
+    reasons = [_break_reason(record) for record in log.records]
+    return GraphReport(result.graph_count, len(reasons), result.op_count, reasons)
 
 
 def noisy_step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -118,6 +118,24 @@ def _cache_outcome(before: dict[str, int], after: dict[str, int], backend: str) 
     return "FX graph cache: " + (", ".join(parts) if parts else "not consulted")
 
 
+@dataclass(frozen=True)
+class ShapeCheck:
+    """The compiled function on one more input shape: speed against eager, and the values."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    speed: SpeedComparison
+    matches: bool
+    max_abs_diff: float
+
+    def __str__(self) -> str:
+        shapes = ", ".join("×".join(map(str, shape)) for shape in self.shapes)
+        s = self.speed
+        said = {"faster": "compiled is faster", "slower": "compiled is slower",
+                "within noise": "within noise"}[s.verdict]
+        return (f"({shapes}): {s.speedup:.2f}x (95 % interval {s.low:.2f}x to {s.high:.2f}x, {s.pairs} "
+                f"pairs): {said}; matches eager: {'yes' if self.matches else 'NO'}")
+
+
 @dataclass
 class CompileReport:
     """What compiling one function cost and bought, measured on one device."""
@@ -137,6 +155,8 @@ class CompileReport:
     mismatch: str = ""
     recompiles: dict[str, list[CompileEvent]] = field(default_factory=dict)
     speed: SpeedComparison | None = None  # eager against compiled, interleaved, with its verdict
+    # per extra input shape: eager against compiled on it (interleaved), and whether it matches
+    shape_checks: list[ShapeCheck] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
@@ -181,6 +201,9 @@ class CompileReport:
             count = sum(e.compiled for e in events)
             lines.append(f"  shapes, {mode:<8}    {count} compilation(s) for {len(events)} calls")
             lines += [f"    {e}" for e in events]
+        if self.shape_checks:
+            lines.append("  other shapes         speed (interleaved, recompiles untimed) and values")
+            lines += [f"    {c}" for c in self.shape_checks]
         return "\n".join(lines)
 
 
@@ -221,8 +244,9 @@ def report(fn: Callable[..., Any], example_inputs: Sequence[Any], *, name: str |
     with the speed-up's interval and verdict; break-even; whether the compiled output matches eager
     (``torch.testing.assert_close``; the tolerance defaults to torch's for the output
     dtype and is stated in the report). With ``shapes`` — more input tuples, e.g. other
-    batch sizes — it also counts the compilations they trigger with torch.compile's
-    default and with ``dynamic=True``, with dynamo's reasons.
+    batch sizes — it also times eager against compiled on each of them (interleaved, after
+    the recompile, which is not timed), checks their values, and counts the compilations they
+    trigger with torch.compile's default and with ``dynamic=True``, with dynamo's reasons.
 
     Everything runs silenced (:func:`quiet`). Compiling resets nothing before it, but the
     explain and shape steps reset dynamo (see :func:`graph_breaks`).
@@ -253,6 +277,17 @@ def report(fn: Callable[..., Any], example_inputs: Sequence[Any], *, name: str |
                            diff, matches, rtol, atol, why, speed=speed)
     if shapes:
         calls = [inputs, *[tuple(s) for s in shapes]]
+        with quiet(), torch.no_grad():
+            for other in calls[1:]:  # a recompiled graph is new code: time it and check it too
+                got, want = compiled(*other), fn(*other)  # (re)compiles here, untimed
+                ok, other_diff, *_ = _compare(got, want, rtol, atol)
+                other_speed = compare_speed(lambda o=other: fn(*o), lambda o=other: compiled(*o),
+                                            device=device, warmup=warmup, min_pairs=max(3, iters),
+                                            max_pairs=max(3, iters) * 20, max_seconds=max_seconds,
+                                            names=("eager", "compiled"))
+                result.shape_checks.append(ShapeCheck(
+                    tuple(tuple(t.shape) for t in other if isinstance(t, torch.Tensor)),
+                    other_speed, ok, other_diff))
         with torch.no_grad():
             result.recompiles = {m: recompiles(fn, calls, m) for m in ("auto", "dynamic")}
     return result
