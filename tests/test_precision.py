@@ -37,6 +37,19 @@ def test_layouts_by_hand():
     assert e8m0.smallest_subnormal is None and e8m0.max == 2.0**127
 
 
+@pytest.mark.parametrize("name,reference", [("fp4_e2m1", "float4_e2m1fn"), ("fp6_e2m3", "float6_e2m3fn"),
+                                            ("fp6_e3m2", "float6_e3m2fn")])
+def test_mx_element_formats_match_ml_dtypes(name, reference):
+    """Formats with no inf and no NaN code (OCP MX v1.0), checked against ml_dtypes' finfo."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    info = ml_dtypes.finfo(getattr(ml_dtypes, reference))
+    row = precision.format_table().row(name)
+    assert row.source == "bit layout" and row.bits == info.bits
+    assert (row.max, row.smallest_normal, row.smallest_subnormal, row.eps) == (
+        float(info.max), float(info.smallest_normal), float(info.smallest_subnormal), float(info.eps))
+    assert precision.format_table().row("fp4_e2m1").max == 6.0  # the whole positive range: 0.5 ... 6
+
+
 def test_tf32_comes_from_its_bit_layout():
     tf32 = precision.format_table().row("tf32")
     assert tf32.source == "bit layout" and tf32.dtype is None and tf32.bits == 19
@@ -244,6 +257,35 @@ def test_delayed_scaling_keeps_its_scale_while_a_nan_is_in_the_history():
         assert state.update(4.0) == 112.0  # the history's max, as before
 
 
+def test_floor_scaling_clamps_the_top_binade_and_rceil_does_not():
+    block = torch.tensor([500.0] + [1.0] * 31)  # floor(log2 500) = 8: X = 2^0, and 500 > 448
+    floor, floor_scale = precision.mx_quantize(block)
+    rceil, rceil_scale = precision.mx_quantize(block, scale_rounding="rceil")
+    assert floor_scale.float().item() == 1.0 and floor[0].item() == 448.0
+    assert rceil_scale.float().item() == 2.0  # ceil(log2(500 / 448)) = 1
+    assert rceil[0].item() == 2 * torch.tensor(250.0).to(torch.float8_e4m3fn).float().item()  # 500 / X
+    assert abs(rceil[0].item() - 500) < abs(floor[0].item() - 500)
+    exact = torch.tensor([448.0] + [1.0] * 31)  # amax / max is exactly a power of two: X = 1
+    assert precision.mx_quantize(exact, scale_rounding="rceil")[1].float().item() == 1.0
+    with pytest.raises(ValueError, match="scale_rounding"):
+        precision.mx_quantize(block, scale_rounding="round")
+
+
+def test_mx_blocks_run_along_the_chosen_dimension():
+    w = precision.with_outliers(size=64 * 40, every=97, outlier=300.0).view(64, 40)
+    rows, row_scales = precision.mx_quantize(w, dim=1)  # 40 = one block of 32 and one of 8, padded
+    cols, col_scales = precision.mx_quantize(w, dim=0)  # 64 = two blocks of 32 per column
+    assert rows.shape == cols.shape == w.shape
+    assert row_scales.numel() == 64 * 2 and col_scales.numel() == 40 * 2
+    for r in (0, 17):  # a row quantized alone gives the same values as its row in the matrix
+        assert torch.equal(rows[r], precision.mx_quantize(w[r])[0])
+    assert torch.equal(cols[:, 3], precision.mx_quantize(w[:, 3].contiguous())[0])
+    # the transposed operand of the backward pass reduces over the other dimension: its blocks,
+    # scales and rounded values differ, so it must be quantized again, not transposed
+    assert not torch.equal(rows, cols)
+    assert torch.equal(precision.mx_quantize(w.t(), dim=1)[0], cols.t())
+
+
 def test_mx_saturates_elements_above_the_largest_normal():
     x = torch.tensor([1.99 * 2**8] + [1.0] * 31)  # floor(log2) = 8 -> X = 1, 509 > 448
     back, _ = precision.mx_quantize(x)
@@ -349,3 +391,50 @@ def test_speedups_on_a_cpu_use_measured_roofs(monkeypatch):
     assert said in result.format()
     assert "GEMM: 3.00x (95 % interval 2.80x to 3.20x, 10 interleaved pairs)" in result.format()
     assert len(precision.plot_speedups(result).lines) >= 4
+
+
+# --------------------------------------------------------------------------- the loop in practice
+
+def test_the_grad_scaler_skips_a_step_with_an_inf_and_halves_then_grows_its_scale():
+    steps = precision.scaler_steps(steps=6, bad_steps=(2,), growth_interval=2, init_scale=2.0**16)
+    assert [s.skipped for s in steps] == [False, False, True, False, False, False]
+    assert [s.found_inf for s in steps] == [False, False, True, False, False, False]
+    # growth after 2 clean steps (x2), halving at the bad step, growth again after 2 clean steps
+    assert [s.scale for s in steps] == [2.0**16, 2.0**16, 2.0**17, 2.0**16, 2.0**16, 2.0**17]
+    assert all(s.grad_norm < float("inf") for s in steps if not s.found_inf)
+    assert "SKIPPED" in str(steps[2]) and "applied" in str(steps[0])
+
+
+def test_a_narrow_accumulator_stalls_and_a_wide_one_does_not():
+    values = torch.full((4096,), 1e-3)
+    stalled = precision.accumulate(values, torch.bfloat16, torch.bfloat16)
+    wide = precision.accumulate(values, torch.bfloat16, torch.float32)
+    term = torch.tensor(1e-3).to(torch.bfloat16).item()  # the term as bf16 holds it
+    assert stalled == 0.5  # 1e-3 is below half the gap between bf16 numbers near 0.5 (2^-8 / 2)
+    assert wide == pytest.approx(4096 * term, rel=1e-5)
+
+
+def test_updates_below_half_a_gap_round_away_without_a_master_copy():
+    weights = torch.tensor([1.0, 1.0, 0.01, 0.01])
+    updates = torch.tensor([1e-3, 5e-3, 1e-5, 1e-4])
+    # bf16 near 1: gap 2^-7, half 0.0039; near 0.01: gap 2^-14, half 3.1e-5
+    assert precision.lost_updates(weights, updates, torch.bfloat16) == 0.5
+    assert precision.lost_updates(weights, updates, torch.float32) == 0.0
+    with pytest.raises(ValueError, match="differ in shape"):
+        precision.lost_updates(weights, updates[:2], torch.bfloat16)
+
+
+def test_autocast_saves_fewer_bytes_and_the_cuda_lists_are_beside_the_table():
+    saved = precision.saved_bytes_by_precision("tiny", batch_size=2)
+    assert set(saved) == {"fp32", "bf16"} and 0 < saved["bf16"] < saved["fp32"]
+    rows = precision.autocast_dtypes("tiny", "bf16", "cpu")
+    text = precision.format_op_dtypes(rows, cuda_lists=True)
+    assert "CUDA autocast list" in text and "addmm" in text and "CUDA lists from" in text
+    lists, source = precision.cuda_autocast_lists()
+    assert "autocast_mode.h" in source or "documentation" in source
+    assert lists["addmm"] == lists["mm"] == "lower precision" and lists["layer_norm"] == "float32"
+    assert precision.cuda_autocast_policy("addmm") == "lower precision"
+    assert precision.cuda_autocast_policy("_log_softmax") == "float32"  # log_softmax, listed
+    assert precision.cuda_autocast_policy("nll_loss_forward") == "float32"  # nll_loss
+    assert precision.cuda_autocast_policy("_scaled_dot_product_flash_attention_for_cpu") == "lower precision"
+    assert precision.cuda_autocast_policy("gelu").startswith("not listed")

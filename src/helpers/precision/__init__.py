@@ -30,9 +30,20 @@ from ._formats import (
     pick_format,
     rounding_error,
 )
+from ._practice import (
+    CUDA_AUTOCAST,
+    ScalerStep,
+    accumulate,
+    cuda_autocast_lists,
+    cuda_autocast_policy,
+    lost_updates,
+    saved_bytes_by_precision,
+    scaler_steps,
+)
 from ._scaling import (
     MX_BLOCK,
     POLICIES,
+    SCALE_ROUNDINGS,
     DelayedScaling,
     Quantized,
     ScalingStep,
@@ -66,7 +77,10 @@ from ._training import (
 )
 
 __all__ = [
-    "AUTOCAST", "FATES", "MX_BLOCK", "POLICIES", "STORAGE", "DelayedScaling", "FloatFormat", "FormatTable",
+    "CUDA_AUTOCAST", "ScalerStep", "accumulate", "cuda_autocast_lists", "cuda_autocast_policy",
+    "lost_updates", "saved_bytes_by_precision", "scaler_steps",
+    "AUTOCAST", "FATES", "MX_BLOCK", "SCALE_ROUNDINGS", "POLICIES", "STORAGE", "DelayedScaling",
+    "FloatFormat", "FormatTable",
     "GradientCheck", "OpDtype", "Quantized", "ScalingStep", "Speedups", "autocast_dtypes", "block_errors",
     "drifting_activations", "fate", "first_overflow", "format_op_dtypes", "format_table", "fp8_max",
     "fp8_scale", "gradient_underflow", "layout_limits", "loss_gap", "measure_speedups", "mx_quantize",

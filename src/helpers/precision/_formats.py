@@ -9,10 +9,14 @@ exponent bits and ``m`` mantissa bits. Three layouts differ in what the top expo
 * ``"fn"`` (fp8 e4m3fn, "finite"): no infinity; only all-ones exponent *and* mantissa is NaN,
   so the top exponent holds normal numbers up to mantissa 1.110…;
 * ``"e8m0"`` (the MX scale format): no sign, no mantissa — powers of two 2^-127 … 2^127,
-  all-ones is NaN.
+  all-ones is NaN;
+* ``"mx"`` (the MX element formats fp6 e3m2, fp6 e2m3 and fp4 e2m1): no infinity and no NaN
+  code at all, so every exponent and mantissa pattern is a number.
 
 Sources: IEEE 754-2019; Micikevicius et al., "FP8 Formats for Deep Learning" (2022) for E4M3
-and E5M2; the OCP Microscaling Formats (MX) Specification v1.0 (2023) for E8M0.
+and E5M2; the OCP Microscaling Formats (MX) Specification v1.0 (2023) for E8M0 and the fp6 and
+fp4 element formats (MXFP6, MXFP4); NVIDIA's NVFP4 (Blackwell) uses the same fp4 e2m1 element
+with one e4m3 scale per 16 values.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ _SPECS: dict[str, tuple[torch.dtype | None, int, int, str, str]] = {
     "fp8_e4m3": (torch.float8_e4m3fn, 4, 3, "fn", "fp8 for weights and activations (forward)"),
     "fp8_e5m2": (torch.float8_e5m2, 5, 2, "ieee", "fp8 for gradients (backward): more range"),
     "e8m0": (torch.float8_e8m0fnu, 8, 0, "e8m0", "MX block scale: a power of two, no sign"),
+    "fp6_e3m2": (None, 3, 2, "mx", "MXFP6 element (32 per e8m0 scale): no inf, no NaN"),
+    "fp6_e2m3": (None, 2, 3, "mx", "MXFP6 element (32 per e8m0 scale): no inf, no NaN"),
+    "fp4_e2m1": (None, 2, 1, "mx", "MXFP4 element (32 per e8m0 scale); NVFP4: 16 per e4m3 scale"),
 }
 
 #: Formats a tensor can be stored in (tf32 is a math mode, e8m0 holds only scales), narrowest first.
@@ -99,11 +106,14 @@ def layout_limits(exponent_bits: int, mantissa_bits: int, layout: str = "ieee") 
     elif layout == "fn":
         emax = 2**exponent_bits - 1 - bias  # the top exponent holds numbers ...
         largest_mantissa = 2 - 2 * eps  # ... except mantissa all-ones (NaN)
+    elif layout == "mx":
+        emax = 2**exponent_bits - 1 - bias  # every code is a number: no inf, no NaN
+        largest_mantissa = 2 - eps
     elif layout == "e8m0":
         return {"max": 2.0 ** (2**exponent_bits - 2 - bias), "smallest_normal": 2.0 ** -bias,
                 "smallest_subnormal": None, "eps": 1.0}
     else:
-        raise ValueError(f"layout must be 'ieee', 'fn' or 'e8m0', got {layout!r}")
+        raise ValueError(f"layout must be 'ieee', 'fn', 'mx' or 'e8m0', got {layout!r}")
     normal = 2.0 ** (1 - bias)
     return {"max": largest_mantissa * 2.0**emax, "smallest_normal": normal,
             "smallest_subnormal": normal * eps if mantissa_bits else None, "eps": eps}
@@ -120,12 +130,13 @@ def _from_finfo(name: str, dtype: torch.dtype, note: str) -> FloatFormat:
 
 
 def format_table() -> FormatTable:
-    """fp32, tf32, fp16, bf16, fp8 e4m3fn, fp8 e5m2 and e8m0: bits, exponent and mantissa bits,
-    max, smallest normal, smallest subnormal and machine epsilon.
+    """fp32, tf32, fp16, bf16, fp8 e4m3fn, fp8 e5m2, e8m0 and the MX element formats fp6 e3m2,
+    fp6 e2m3 and fp4 e2m1: bits, exponent and mantissa bits, max, smallest normal, smallest
+    subnormal and machine epsilon.
 
     Computed from ``torch.finfo`` where torch has the dtype (exponent and mantissa bits from
     its ``bits`` and ``eps``, the smallest subnormal as smallest normal × eps); tf32, which
-    is a math mode and has no dtype, from its bit layout (1 sign, 8 exponent, 10 mantissa bits).
+    is a math mode and has no dtype, and the fp6 and fp4 elements from their bit layout.
     """
     rows = FormatTable()
     for name, (dtype, e, m, layout, note) in _SPECS.items():

@@ -199,34 +199,56 @@ def drifting_activations(steps: int = 40, size: int = 4096, growth: float = 1.05
 
 # --------------------------------------------------------------------------- MX block scaling
 
-def mx_quantize(x: torch.Tensor, elem_dtype: torch.dtype = torch.float8_e4m3fn, block: int = MX_BLOCK
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """MX block scaling of a 1-D (or flattened) tensor: returns the values read back as
-    float32 and the per-block scales as ``torch.float8_e8m0fnu``.
+SCALE_ROUNDINGS = ("floor", "rceil")
 
-    Per block of ``block`` values: ``X = 2^(floor(log2(amax)) - emax_elem)`` (clamped to
-    E8M0's 2^-127 … 2^127; an all-zero block gets 2^-127), elements ``V / X`` saturated to the
-    element format. ``emax_elem`` is the exponent of the element format's largest normal.
-    ``floor(log2(amax))`` is read from amax's bits (``torch.frexp``): a float32 ``log2`` rounds
-    up for values just below a power of two (1023.99994 gives 10, not 9), which would make
-    the scale one binade too large. A block that holds a NaN or an infinity gets the scale NaN
-    (E8M0's one special code; it has no infinity), and every value of that block reads back
-    as NaN: in OCP MX v1.0 a NaN scale makes the whole block NaN.
+
+def mx_quantize(x: torch.Tensor, elem_dtype: torch.dtype = torch.float8_e4m3fn, block: int = MX_BLOCK,
+                scale_rounding: str = "floor", dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """MX block scaling: returns the values read back as float32 (the shape of ``x``) and the
+    per-block scales as ``torch.float8_e8m0fnu``. Blocks of ``block`` values run along ``dim``
+    (the reduction dimension of the matrix product that will use them; a row shorter than a
+    whole number of blocks is padded with zeros).
+
+    Per block: ``X = 2^(floor(log2(amax)) - emax_elem)`` (``scale_rounding="floor"``, the OCP
+    MX v1.0 rule; clamped to E8M0's 2^-127 … 2^127; an all-zero block gets 2^-127), elements
+    ``V / X`` saturated to the element format. ``emax_elem`` is the exponent of the element
+    format's largest normal. Floor scaling maps amax into the element format's top binade, whose
+    upper part is beyond the format's max (e4m3: 448 < 512), so a block amax of 500 is clamped
+    to 448. ``scale_rounding="rceil"`` rounds the scale up instead,
+    ``X = 2^ceil(log2(amax / max_elem))``, so nothing is clamped, at the cost of one binade at
+    the bottom of the block. ``floor(log2(amax))`` is read from amax's bits (``torch.frexp``):
+    a float32 ``log2`` rounds up for values just below a power of two (1023.99994 gives 10,
+    not 9), which would make the scale one binade too large. A block that holds a NaN or an
+    infinity gets the scale NaN (E8M0's one special code; it has no infinity), and every value
+    of that block reads back as NaN: in OCP MX v1.0 a NaN scale makes the whole block NaN.
     """
     block, = count(block=block)
-    flat = x.detach().float().flatten()
-    pad = (-flat.numel()) % block
-    blocks = torch.cat([flat, flat.new_zeros(pad)]).view(-1, block)
-    emax_elem = math.floor(math.log2(fp8_max(elem_dtype)))
+    if scale_rounding not in SCALE_ROUNDINGS:
+        raise ValueError(f"scale_rounding must be one of {', '.join(SCALE_ROUNDINGS)}, "
+                         f"got {scale_rounding!r}")
+    values = x.detach().float()
+    if values.dim() == 0:
+        values = values.reshape(1)
+    moved = values.movedim(dim, -1)
+    length = moved.shape[-1]
+    pad = (-length) % block
+    rows = torch.cat([moved, moved.new_zeros(*moved.shape[:-1], pad)], dim=-1) if pad else moved
+    blocks = rows.reshape(-1, block)
+    elem_max = fp8_max(elem_dtype)
+    emax_elem = math.floor(math.log2(elem_max))
     special = ~torch.isfinite(blocks).all(dim=1, keepdim=True)  # a NaN or an infinity
     amax = torch.where(special, 0.0, blocks.abs()).amax(dim=1, keepdim=True)
-    floor_log2 = (torch.frexp(amax).exponent - 1).float()  # amax = m * 2^e, m in [0.5, 1)
-    exponent = torch.where(amax > 0, floor_log2 - emax_elem, torch.full_like(amax, -127.0))
+    if scale_rounding == "floor":
+        exponent = (torch.frexp(amax).exponent - 1).float() - emax_elem  # amax = m * 2^e, m in [0.5, 1)
+    else:
+        mantissa, e = torch.frexp(amax / elem_max)  # ceil(log2(v)) is e, or e - 1 for a power of two
+        exponent = (e - (mantissa == 0.5).int()).float()
+    exponent = torch.where(amax > 0, exponent, torch.full_like(amax, -127.0))
     scales = torch.exp2(exponent.clamp(-127, 127))
     elements = saturating_cast(torch.where(special, 0.0, blocks) / scales, elem_dtype).float()
     scales = torch.where(special, math.nan, scales)
-    back = (elements * scales).flatten()[:flat.numel()].view_as(x)
-    return back, scales.flatten().to(torch.float8_e8m0fnu)
+    back = (elements * scales).reshape(rows.shape)[..., :length].movedim(-1, dim)
+    return back.reshape(x.shape), scales.flatten().to(torch.float8_e8m0fnu)
 
 
 def block_errors(x: torch.Tensor, approx: torch.Tensor, block: int = MX_BLOCK) -> torch.Tensor:

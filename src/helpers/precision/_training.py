@@ -81,11 +81,20 @@ def autocast_dtypes(config: str | models.GPTConfig = "tiny", autocast: str = "bf
     return [OpDtype(op, ins, out[0] if out else "-", n) for (op, ins, out), n in recorder.rows.items()]
 
 
-def format_op_dtypes(rows: Sequence[OpDtype]) -> str:
-    """The autocast table as text, one op per line."""
-    lines = [f"{'op':<48} {'inputs':<30} output   calls", "-" * 92]
+def format_op_dtypes(rows: Sequence[OpDtype], cuda_lists: bool = False) -> str:
+    """The autocast table as text, one op per line. ``cuda_lists`` adds what CUDA autocast
+    does with each op (:func:`cuda_autocast_lists`: torch's own op lists), beside what was
+    recorded on this device."""
+    from ._practice import cuda_autocast_lists, cuda_autocast_policy
+
+    _flag(cuda_lists=cuda_lists)
+    extra = "  CUDA autocast list" if cuda_lists else ""
+    lines = [f"{'op':<48} {'inputs':<30} output   calls{extra}", "-" * (92 + len(extra))]
     for r in rows:
-        lines.append(f"{r.op:<48} {', '.join(r.inputs) or '-':<30} {r.output:<8} {r.calls:>5}")
+        cuda = f"  {cuda_autocast_policy(r.op)}" if cuda_lists else ""
+        lines.append(f"{r.op:<48} {', '.join(r.inputs) or '-':<30} {r.output:<8} {r.calls:>5}{cuda}")
+    if cuda_lists:
+        lines.append(f"(CUDA lists from {cuda_autocast_lists()[1]})")
     return "\n".join(lines)
 
 
