@@ -280,3 +280,22 @@ def test_inductors_partitioner_recomputes_the_chains_add_instead_of_saving_it():
         compiling.saved_for_backward(fn, inputs, needs_grad=(0,), partitioner="greedy")
     with pytest.raises(ValueError, match="needs_grad"):
         compiling.saved_for_backward(fn, inputs, needs_grad=(7,))
+
+
+def test_a_compiled_training_step_keeps_what_its_partitioner_chose():
+    saved = compiling.whole_step_saved("tiny", batch_size=2)
+    assert set(saved) == {"eager", "min_cut", "default"} and all(v > 0 for v in saved.values())
+    assert saved["min_cut"] <= saved["default"]  # min-cut never keeps more than saving everything
+    assert abs(saved["min_cut"] - saved["eager"]) <= 0.1 * saved["eager"]
+
+
+def test_regional_compilation_compiles_one_block_and_reuses_it():
+    r = compiling.regional_compile("tiny", layers=3, backend="eager", pairs=3, max_seconds=5)
+    assert (r.whole_graphs, r.regional_graphs) == (1, 1)  # the block's graph serves all three
+    assert r.speed.pairs >= 3 and r.speed.verdict in bench.VERDICTS
+    assert "3 blocks" in r.format() and "interleaved pairs" in r.format()
+
+
+def test_host_overhead_per_op_is_a_measurement_per_op():
+    m = compiling.host_overhead_per_op(ops=50, iters=5)
+    assert len(m.samples) == 5 and 0 < m.median < 1e-3 and m.meta["ops_per_sample"] == 50

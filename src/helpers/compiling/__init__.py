@@ -41,7 +41,16 @@ from ._graphs import (
     recompiles,
     shape_probe,
 )
-from ._partition import PARTITIONERS, Saved, SavedForBackward, saved_for_backward
+from ._partition import (
+    PARTITIONERS,
+    RegionalCompile,
+    Saved,
+    SavedForBackward,
+    host_overhead_per_op,
+    regional_compile,
+    saved_for_backward,
+    whole_step_saved,
+)
 from ._report import (
     CompileReport,
     ShapeCheck,
@@ -54,7 +63,8 @@ from ._report import (
 )
 
 __all__ = [
-    "CHAIN", "MODES", "PARTITIONERS", "Saved", "SavedForBackward", "saved_for_backward",
+    "CHAIN", "MODES", "PARTITIONERS", "RegionalCompile", "Saved", "SavedForBackward", "regional_compile",
+    "saved_for_backward", "whole_step_saved", "host_overhead_per_op",
     "BreakReason", "ShapeCheck", "CompileEvent", "CompileReport", "GraphReport", "Traffic",
     "bias_gelu_dropout_residual", "break_even_steps", "cache_info", "chain_inputs", "chain_sizes",
     "chain_traffic", "count_compiles", "graph_breaks", "noisy_step", "pick_backend", "quiet", "recompiles",
