@@ -117,8 +117,15 @@ MESSAGES: dict[str, str] = {
     "seq_len": "序列长度",
     "ZeRO stage": "ZeRO 阶段",
     "DP ranks": "DP rank 数",
-    "per GPU {total:,.2f} GB ({parts} GB) on {device} ({capacity:g} GB, datasheet): {verdict}":
-        "每个 GPU {total:,.2f} GB（{parts} GB），{device}（{capacity:g} GB，数据手册）：{verdict}",
+    "peak per GPU {total:,.2f} GB, {moment} ({parts} GB) on {device} ({capacity:g} GB, datasheet): "
+    "{verdict}":
+        "每个 GPU 的峰值 {total:,.2f} GB，出现在{moment}（{parts} GB），"
+        "{device}（{capacity:g} GB，数据手册）：{verdict}",
+    "when the backward pass starts": "反向传播开始时",
+    "in the optimizer step": "优化器 step 中",
+    "temporaries": "临时张量",
+    "overhead (assumed)": "额外开销（假设值）",
+    "overhead GB": "额外开销 GB",
     # helpers.precision
     "magnitude": "幅值",
     "delayed scaling: x = the step overflowed": "延迟缩放：x = 该步溢出",

@@ -8,7 +8,6 @@ GPU memory of a device from :data:`helpers.hardware.DEVICES` as a line.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,27 +59,80 @@ def model_presets() -> dict[str, ModelShape]:
     return out
 
 
+def _shard(n_bytes: int, zero_stage: int, dp: int) -> int:
+    """The 16-bit weights are split over the ranks only by ZeRO stage 3."""
+    return -(-n_bytes // dp) if zero_stage >= 3 else n_bytes
+
+
 def estimate(shape: ModelShape, batch: int, seq_len: int, *, mixed_precision: bool = True,
              optimizer: str = "adamw", zero_stage: int = 0, dp: int = 1, recompute: str = "none",
-             fused_attention: bool = True) -> dict[str, int]:
-    """Bytes per rank: the ledger's four parts, ``"activations"`` (layers × Korthikanti's
-    formula without dropout, 2 bytes per element with mixed precision, 4 without),
-    ``"logits"`` (fp32 log-softmax of the loss) and ``"total"``."""
+             fused_attention: bool = True, overhead_bytes: float = 0) -> dict[str, Any]:
+    """The **peak** memory of one training step per rank, by part, and when it comes.
+
+    Two moments compete (chapter 5, section 3, measures both with ``MemTracker``):
+
+    * **the start of the backward pass** (``moment="backward starts"``): the model state
+      without gradients (none exist yet), every saved activation, the loss's fp32 log-softmax
+      (``"logits"``, 4·s·b·vocab bytes) and the two fp32 gradients the loss's backward makes
+      (``"temporaries"``, 2 × 4·s·b·vocab); under ``recompute="full"``, the larger of those and
+      one block's activations while it is recomputed;
+    * **the optimizer step** (``moment="optimizer step"``): the whole ledger, gradients
+      included, and the temporaries of torch's default AdamW (single-tensor, on a CPU or with
+      fake tensors), two fp32 tensors the size of the largest parameter (the token embedding,
+      vocab × hidden).
+
+    Activations (``"activations"``): layers × Korthikanti et al.'s per-layer formula without
+    dropout (16-bit elements with ``mixed_precision``, fp32 without), with the residual stream
+    kept in fp32 as ``torch.autocast`` keeps it (the two LayerNorm inputs: 4·s·b·h more per
+    layer), LayerNorm statistics, and outside the layers the final LayerNorm's and the output
+    layer's inputs and the token ids. Mixed precision's ledger (2-byte weights, fp32 master
+    copy) has the same bytes as autocast's fp32 weights plus the 16-bit copies it keeps; under
+    ``recompute="full"`` the blocks' copies are recomputed, not kept.
+    ``overhead_bytes``: what PyTorch does not count (CUDA context, communication buffers,
+    allocator fragmentation), added as ``"overhead"``; 0 by default, since it depends on the
+    setup. Tested against :func:`helpers.memory.track` on several models, sizes and precisions.
+    """
     _flag(mixed_precision=mixed_precision, fused_attention=fused_attention)
     batch, seq_len = _count(batch=batch, seq_len=seq_len)
+    if isinstance(overhead_bytes, bool) or not isinstance(overhead_bytes, (int, float)) or overhead_bytes < 0:
+        raise ValueError(f"overhead_bytes must be a number of bytes >= 0, got {overhead_bytes!r}")
     ledger = model_state_bytes(shape.n_params, optimizer, mixed_precision, zero_stage=zero_stage, dp=dp)
-    per_layer = activation_bytes(seq_len, batch, shape.hidden, shape.heads, recompute,
-                                 bytes_per_element=2 if mixed_precision else 4, dropout=False,
-                                 fused_attention=fused_attention)
-    out = {k: v for k, v in ledger.as_dict().items() if k != "total"}
-    out["activations"] = shape.layers * per_layer
-    out["logits"] = 4 * seq_len * batch * shape.vocab
-    out["total"] = sum(out.values())
+    state = {k: v for k, v in ledger.as_dict().items() if k != "total"}
+    e = 2 if mixed_precision else 4
+    sb, sbh = seq_len * batch, seq_len * batch * shape.hidden
+    full_layer = (activation_bytes(seq_len, batch, shape.hidden, shape.heads, "none", bytes_per_element=e,
+                                   dropout=False, fused_attention=fused_attention)
+                  + (4 * sbh if mixed_precision else 0) + 16 * sb)  # fp32 residual stream; LN statistics
+    if recompute == "full":
+        per_layer = 4 * sbh  # the block's input: the residual stream, fp32
+    else:
+        per_layer = (activation_bytes(seq_len, batch, shape.hidden, shape.heads, recompute,
+                                      bytes_per_element=e, dropout=False, fused_attention=fused_attention)
+                     + (4 * sbh if mixed_precision else 0) + 16 * sb)
+    outside = 4 * sbh + 8 * sb + e * sbh + 8 * (2 * sb + seq_len)  # final LN in + stats, head in, ids
+    logits = 4 * sb * shape.vocab
+    loss_grads = 2 * logits
+    start = {**state, "gradients": 0, "activations": shape.layers * per_layer + outside, "logits": logits,
+             "temporaries": max(loss_grads, full_layer) if recompute == "full" else loss_grads}
+    if mixed_precision and recompute == "full":
+        # the blocks' 16-bit weight copies are made inside the checkpointed region: recomputed,
+        # not kept (the layers' matrices, 12·h² each as in a GPT layer)
+        copies = _shard(2 * shape.layers * 12 * shape.hidden**2, zero_stage, dp)
+        start["parameters"] -= min(start["parameters"], copies)
+    adam = optimizer in ("adam", "adamw")
+    end = {**state, "activations": 0, "logits": 0,
+           "temporaries": 2 * 4 * shape.vocab * shape.hidden if adam else 0}
+    start_total, end_total = sum(start.values()), sum(end.values())
+    out: dict[str, Any] = dict(start if start_total >= end_total else end)
+    out["overhead"] = int(overhead_bytes)
+    out["total"] = sum(v for v in out.values())
+    out["moment"] = "backward starts" if start_total >= end_total else "optimizer step"
     return out
 
 
 PARTS = (("parameters", "tab:blue"), ("gradients", "tab:orange"), ("optimizer_state", "tab:green"),
-         ("master_weights", "tab:olive"), ("activations", "tab:red"), ("logits", "tab:purple"))
+         ("master_weights", "tab:olive"), ("activations", "tab:red"), ("logits", "tab:purple"),
+         ("temporaries", "tab:pink"), ("overhead", "tab:gray"))
 
 
 def plot_estimates(bars: dict[str, dict[str, int]], capacity: float | None = None, *,
@@ -123,7 +175,8 @@ def _part(key: str) -> str:
     """A ledger part's name as shown ("optimizer_state" -> "optimizer state"), translated."""
     names = {"parameters": tr("parameters"), "gradients": tr("gradients"),
              "optimizer_state": tr("optimizer state"), "master_weights": tr("master weights"),
-             "activations": tr("activations"), "logits": tr("logits")}
+             "activations": tr("activations"), "logits": tr("logits"), "temporaries": tr("temporaries"),
+             "overhead": tr("overhead (assumed)")}
     return names.get(key, key.replace("_", " "))
 
 
@@ -160,10 +213,12 @@ class MemoryExplorer:
         self.stage = w.IntSlider(value=0, min=0, max=3, description=tr("ZeRO stage"), **dd)
         self.dp = w.SelectionSlider(options=[2**i for i in range(11)], value=8, description=tr("DP ranks"),
                                     **dd)
+        self.overhead = w.SelectionSlider(options=[0.0, 0.5, 1.0, 2.0, 4.0], value=1.0,
+                                          description=tr("overhead GB"), **dd)
         self.row = w.HTML()
         self.out = w.Output()
         controls = [self.model, self.device, self.precision, self.optimizer, self.recompute,
-                    self.attention, self.batch, self.seq, self.stage, self.dp]
+                    self.attention, self.batch, self.seq, self.stage, self.dp, self.overhead]
         self.box = w.VBox([w.HBox(controls[:3]), w.HBox(controls[3:6]), w.HBox(controls[6:8]),
                            w.HBox(controls[8:]), self.row, self.out])
         for control in controls:
@@ -173,9 +228,10 @@ class MemoryExplorer:
     def settings(self) -> dict[str, Any]:
         return {"mixed_precision": self.precision.value != "fp32", "optimizer": self.optimizer.value,
                 "zero_stage": self.stage.value, "dp": self.dp.value,
-                "fused_attention": self.attention.value == "fused"}
+                "fused_attention": self.attention.value == "fused",
+                "overhead_bytes": self.overhead.value * GB}
 
-    def current(self, recompute: str | None = None) -> dict[str, int]:
+    def current(self, recompute: str | None = None) -> dict[str, Any]:
         """The estimate for the current controls (or another recompute mode)."""
         shape = self._presets[self.model.value]
         return estimate(shape, self.batch.value, self.seq.value, recompute=recompute or self.recompute.value,
@@ -208,11 +264,15 @@ class MemoryExplorer:
         room = spec.memory_gb * GB - total
         verdict = (tr("fits, {room:,.1f} GB to spare", room=room / GB) if room >= 0
                    else tr("does NOT fit: {over:,.1f} GB over", over=-room / GB))
-        parts = ", ".join(f"{_part(k)} {v / GB:,.2f}" for k, v in self.current().items() if k != "total")
+        now = self.current()
+        parts = ", ".join(f"{_part(k)} {v / GB:,.2f}" for k, v in now.items()
+                          if k not in ("total", "moment") and v)
+        moment = {"backward starts": tr("when the backward pass starts"),
+                  "optimizer step": tr("in the optimizer step")}[now["moment"]]
         self.row.value = "<code>" + self._title() + "<br>" + tr(
-            "per GPU {total:,.2f} GB ({parts} GB) on {device} ({capacity:g} GB, datasheet): {verdict}",
-            total=total / GB, parts=parts, device=spec.name, capacity=spec.memory_gb,
-            verdict=verdict) + "</code>"
+            "peak per GPU {total:,.2f} GB, {moment} ({parts} GB) on {device} ({capacity:g} GB, datasheet): "
+            "{verdict}", total=total / GB, moment=moment, parts=parts, device=spec.name,
+            capacity=spec.memory_gb, verdict=verdict) + "</code>"
         self.out.clear_output(wait=True)
         with self.out:
             display(self.figure())
@@ -225,13 +285,22 @@ class MemoryExplorer:
 
 
 def max_batch(shape: ModelShape, seq_len: int, capacity_bytes: float, **settings: Any) -> int:
-    """Largest micro batch whose :func:`estimate` fits in ``capacity_bytes`` (0 if none does)."""
+    """Largest micro batch whose peak (:func:`estimate`) fits in ``capacity_bytes`` (0 if none
+    does). The peak never falls as the batch grows, so a doubling search and then a bisection
+    find it (the peak is not linear in the batch: the optimizer step's moment does not grow)."""
     seq_len, = _count(seq_len=seq_len)
-    if estimate(shape, 1, seq_len, **settings)["total"] > capacity_bytes:
+
+    def fits(b: int) -> bool:
+        return estimate(shape, b, seq_len, **settings)["total"] <= capacity_bytes
+
+    if not fits(1):
         return 0
-    fixed = estimate(shape, 1, seq_len, **settings)["total"]
-    per_sample = estimate(shape, 2, seq_len, **settings)["total"] - fixed  # everything else is linear in b
-    b = 1 + math.floor((capacity_bytes - fixed) / per_sample) if per_sample else 1
-    while b > 1 and estimate(shape, b, seq_len, **settings)["total"] > capacity_bytes:
-        b -= 1
-    return b
+    low, high = 1, 2
+    while fits(high):
+        low, high = high, high * 2
+        if high > 2**40:
+            raise ValueError("every batch fits: the capacity is larger than any batch needs")
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
