@@ -157,3 +157,29 @@ def test_spelled_out_attention_and_dropout_in_eval_mode_change_no_output():
         models.get_config("tiny", attention="flash")
     with pytest.raises(ValueError, match="dropout must be a probability"):
         models.get_config("tiny", dropout=1.0)
+
+
+# --------------------------------------------------------------------------- in practice
+
+def test_checkpointing_every_sub_layer_keeps_more_for_the_same_recomputation():
+    none, block, sub = ck.granularity("tiny", batch=2)
+    cfg = models.get_config("tiny")
+    sbh = 2 * cfg.seq_len * cfg.d_model
+    # a block keeps its input; per sub-layer the MLP path's input is kept too: 4·sbh more per block
+    assert sub.saved_bytes - block.saved_bytes == cfg.n_layers * 4 * sbh
+    assert sub.peak_bytes < block.peak_bytes < none.peak_bytes  # one sub-layer recomputed at a time
+    assert none.executed_flops < sub.executed_flops <= block.executed_flops
+
+
+def test_a_selective_policy_saves_the_matmuls_and_recomputes_no_matmul():
+    rows = {r.name: r for r in ck.selective_policy("tiny", batch=2)}
+    policy, none, block = rows["policy: save matmuls"], rows["none"], rows["every block"]
+    assert block.saved_bytes < policy.saved_bytes < none.saved_bytes
+    assert policy.executed_flops == none.executed_flops  # matmul outputs saved, never recomputed
+
+
+def test_a_lower_activation_memory_budget_saves_less():
+    saved = ck.memory_budget("tiny", batch=2, budgets=(1.0, 0.5, 0.0))
+    assert saved[1.0] > saved[0.5] > saved[0.0]
+    with pytest.raises(ValueError, match="share between 0 and 1"):
+        ck.memory_budget("tiny", budgets=(1.5,))

@@ -1,21 +1,5 @@
-"""Chapter 6 — activation checkpointing: keep less for the backward pass, recompute it there.
-
-A *plan* says which blocks of a model are checkpointed with ``torch.utils.checkpoint``
-(non-reentrant): the checkpointed part keeps only its inputs in the forward pass and runs
-its forward again in the backward pass.
-
-* ``"none"`` — nothing recomputed;
-* ``"every"`` — every block (each keeps only its input);
-* ``"every:k"`` — every k-th block: blocks 0, k, 2k, … (``"every:1"`` is ``"every"``);
-* ``"selective"`` — only the attention core of every block (scores, softmax, weighted sum):
-  Korthikanti et al. 2022's selective recomputation. With a fused attention kernel the core
-  keeps almost nothing anyway, so it saves little; with a spelled-out one it drops the
-  s × s score matrices.
-
-Recompute costs FLOPs that are executed but are not model progress: they raise HFU, not
-MFU (chapter 2). Correctness: the recomputed forward must draw the same dropout masks, so
-the checkpoint restores the random-number generator state (``preserve_rng_state=True``).
-"""
+"""Checkpointing plans on the course model: apply them, predict and measure what they save and cost
+(the chapter's module; :mod:`helpers.checkpointing` is its public face)."""
 
 from __future__ import annotations
 
@@ -29,10 +13,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from . import memory, models
-from ._validate import count as _count
-from ._validate import flag as _flag
-from .bench import Measurement, SpeedComparison, compare_speed, measure, resolve_device, summary_line
+from .. import memory, models
+from .._validate import count as _count
+from .._validate import flag as _flag
+from ..bench import Measurement, SpeedComparison, compare_speed, measure, resolve_device, summary_line
 
 #: The plans of the chapter's menu, in no particular order of cost.
 MENU = ("none", "selective", "every:4", "every:3", "every:2", "every")
@@ -199,7 +183,7 @@ def utilization(config: Any, batch: int, seq_len: int, plan: str, step_time_s: f
                 peak_flops: float, num_devices: int = 1) -> dict[str, float]:
     """MFU and HFU of a step under ``plan``: model FLOPs (chapter 2's 6·N + attention formula)
     and model FLOPs + the recomputed forward, over the same time × devices × peak."""
-    from . import mfu
+    from .. import mfu
 
     cfg = models.get_config(config)
     model_flops = mfu.model_flops_per_step(cfg, batch, seq_len)
@@ -233,7 +217,7 @@ def compare_plans(config: Any, batch: int, seq_len: int | None = None, plans: Se
     (``bench.compare_speed``: at least ``iters`` pairs, and never fewer than 10, after
     ``warmup``; samples of at least 20 ms; pairs stop being added after ``max_seconds`` per
     plan), with the speed-up's interval and verdict."""
-    from . import mfu
+    from .. import mfu
 
     dev = resolve_device(device)
     cfg = models.get_config(config)
@@ -407,7 +391,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(models.describe(cfg) + f", attention {cfg.attention}, batch {args.batch}")
     print(format_plans(rows))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
