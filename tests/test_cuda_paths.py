@@ -691,7 +691,7 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
         "test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples",
     "timeline._ddp.record_ddp": "test_record_ddp_on_cuda_runs_ranks_as_fresh_processes",
     "memory._cuda.cuda_memory": "test_cuda_memory_resets_the_peak_records_history_and_saves_a_snapshot",
-    "checkpointing.compare_plans": "test_compare_plans_on_a_gpu_reads_each_plans_cuda_peak",
+    "checkpointing._plans.compare_plans": "test_compare_plans_on_a_gpu_reads_each_plans_cuda_peak",
 
 
     "compiling._report.pick_backend": "test_pick_backend_on_a_gpu_needs_triton",

@@ -353,3 +353,82 @@ def test_big_course_configs_have_their_published_sizes():
     # 50,304 (47 more rows of 1,600). GPT-3 6.7B (Brown et al. 2020, table 2.1): about 6.7e9.
     assert models.CONFIGS["gpt2-xl"].num_params() == 1_557_611_200 + 47 * 1600
     assert round(models.CONFIGS["gpt3-6.7b"].num_params() / 1e9, 1) == 6.7
+
+
+# --------------------------------------------------------------------------- in practice
+
+@pytest.mark.parametrize("t,sp", [(1, False), (8, False), (8, True), (4, True)])
+def test_tensor_and_sequence_parallel_activations_follow_korthikanti_table_2(t, sp):
+    s, b, h, a = 2048, 1, 12288, 96  # GPT-3 175B's layer, 16-bit, dropout, unfused attention
+    sbh = s * b * h
+    want = {"none": sbh * (34 + 5 * a * s / h) / t if sp else sbh * (10 + 24 / t + 5 * a * s / (h * t)),
+            "selective": 34 * sbh / t if sp else sbh * (10 + 24 / t),
+            "full": 2 * sbh / t if sp else 2 * sbh}
+    for mode, value in want.items():
+        assert memory.activation_bytes(s, b, h, a, mode, tp=t, sequence_parallel=sp) == pytest.approx(value)
+
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+       "of 79.25 GiB of which 1.50 GiB is free. Process 4242 has 3.00 GiB memory in use. Including "
+       "non-PyTorch memory, this process has 74.75 GiB memory in use. "
+       "Of the allocated memory 70.00 GiB is allocated by "
+       "PyTorch, and 4.00 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+       "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+
+
+def test_an_out_of_memory_message_is_read_into_its_numbers():
+    m = memory.read_oom(OOM)
+    assert (m.requested, m.free, m.allocated) == (2 * 2**30, round(1.5 * 2**30), 70 * 2**30)
+    assert m.capacity == round(79.25 * 2**30) and m.other_processes == 3 * 2**30
+    assert m.non_pytorch == round(0.75 * 2**30)  # the CUDA context and friends
+    assert "fragmentation" in m.advice()  # 4 GiB cached but unusable for a 2 GiB request
+    tight = memory.read_oom(OOM.replace("4.00 GiB is reserved", "0.10 GiB is reserved")
+                            .replace("Process 4242 has 3.00 GiB memory in use. ", ""))
+    assert tight.other_processes == 0 and "live tensors" in tight.advice()
+    old = memory.read_oom(OOM.replace("capacity", "capacty"))  # older releases' spelling
+    assert old.capacity == m.capacity
+    with pytest.raises(ValueError, match="out-of-memory"):
+        memory.read_oom("RuntimeError: something else")
+    ex = memory.read_oom(memory.EXAMPLE_OOM)  # the notebook's labelled example adds up
+    assert abs(ex.capacity - ex.free - ex.process_in_use - ex.other_processes) < 0.02 * 2**30
+    assert 0 < ex.non_pytorch < 2**30 and "fragmentation" in ex.format().splitlines()[-1]
+
+
+def test_offloading_costs_its_transfer_time_and_pipelines_hold_microbatches():
+    rate = hardware.HOST_LINKS["PCIe 4.0 x16"]
+    assert rate == pytest.approx(16 * 16e9 * 128 / 130 / 8)
+    assert memory.offload_seconds(1e9) == pytest.approx(2 * 1e9 / rate)
+    with pytest.raises(KeyError, match="unknown host link"):
+        memory.offload_seconds(1e9, "PCIe 9")
+    shape = memory.model_presets()["GPT-3 6.7B"]
+    cost = memory.offload_cost("GPT-3 6.7B", 8, "full", link="PCIe 4.0 x16", gpu="H100 SXM")
+    s, h = shape.seq_len, shape.hidden
+    assert cost.saved_bytes == shape.layers * 2 * s * 8 * h  # full recompute keeps each layer's input
+    assert cost.saved_seconds == pytest.approx(2 * cost.saved_bytes / rate)
+    assert cost.zero_offload_seconds == pytest.approx(2 * 2 * shape.n_params / rate)
+    assert cost.zero_offload_gpu_bytes_freed == 12 * shape.n_params
+    flops = 8 * s * (6 * shape.n_params + 12 * shape.layers * h * s)
+    assert cost.compute_seconds == pytest.approx(flops / 989.5e12)
+    assert "save_on_cpu" in cost.format() and "ZeRO-Offload" in cost.format()
+    everything = memory.offload_cost("GPT-2 small (124M)", 8)  # every activation: the copy is the longer
+    share = everything.compute_seconds / everything.saved_seconds
+    assert share < 1 and f"MFU is below {share:.0%}" in everything.format().splitlines()[1]
+    assert "at any MFU" in cost.format().splitlines()[1]
+    with pytest.raises(KeyError, match="unknown model"):
+        memory.offload_cost("GPT-5", 8)
+    gpipe = memory.pipeline_activations(10, layers=8, stages=4, microbatches=16, schedule="gpipe")
+    assert gpipe == 2 * 10 * 16
+    assert memory.pipeline_activations(10, layers=8, stages=4, microbatches=16) == 2 * 10 * 4
+    assert memory.pipeline_activations(10, layers=8, stages=4, microbatches=2) == 2 * 10 * 2
+
+
+def test_a_chunked_loss_removes_the_logits_peak_and_keeps_the_loss():
+    peaks = memory.chunked_loss_peak("gpt2-small", batch=8, seq_len=1024, chunks=(1, 8))
+    logits = 4 * 8 * 1024 * models.get_config("gpt2-small").vocab_size
+    # in one piece the step holds the log-softmax and the loss's two fp32 gradients at once
+    assert peaks[1].peak_total - peaks[8].peak_total > 2 * logits
+    cfg = models.get_config("tiny")
+    idx, targets = models.make_batch(cfg, 4, cfg.seq_len)
+    whole, sliced = memory.chunked_loss_model(cfg, 1), memory.chunked_loss_model(cfg, 4)
+    sliced.load_state_dict(whole.state_dict())
+    assert torch.allclose(whole(idx, targets), sliced(idx, targets), rtol=1e-5, atol=1e-6)

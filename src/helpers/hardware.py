@@ -127,6 +127,13 @@ DEVICES: dict[str, DeviceSpec] = {s.name: s for s in [
 ]}
 
 
+#: Host links, bytes/s in one direction. PCIe x16: 8, 16 and 32 GT/s per lane with 128b/130b
+#: encoding (PCI-SIG, PCI Express Base Specification 3.0, 4.0 and 5.0); real host-device copies
+#: reach less. NVLink-C2C: 900 GB/s both directions together (NVIDIA GH200 Grace Hopper
+#: Superchip datasheet, 2024), so 450 GB/s one way.
+HOST_LINKS = {"PCIe 3.0 x16": 16 * 8e9 * 128 / 130 / 8, "PCIe 4.0 x16": 16 * 16e9 * 128 / 130 / 8,
+              "PCIe 5.0 x16": 16 * 32e9 * 128 / 130 / 8, "NVLink-C2C (GH200)": 450e9}
+
 def _normalise(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower().replace("nvidia", "").replace("tesla", ""))
 

@@ -9,7 +9,10 @@
   with fake tensors for models far larger than the machine.
 * :func:`cuda_memory` — allocated, reserved and peak on a GPU, with a memory snapshot and a
   timeline; on a CPU it says it is not available.
-* :class:`MemoryExplorer` — what fits on which GPU, as a widget.
+* :class:`MemoryExplorer` — what fits on which GPU, as a widget; :func:`estimate` — the peak.
+* In practice: :func:`read_oom` (an out-of-memory message's numbers), :func:`offload_seconds`
+  (moving memory to the host), :func:`pipeline_activations` (microbatches in flight),
+  :func:`chunked_loss_peak` (the loss in slices, without the full logits).
 """
 
 from ._course import block_saved_bytes, course_saved_bytes, head_saved_bytes
@@ -23,6 +26,18 @@ from ._ledger import (
     activation_bytes,
     model_state_bytes,
 )
+from ._practice import (
+    EXAMPLE_OOM,
+    SCHEDULES,
+    OffloadCost,
+    OutOfMemory,
+    chunked_loss_model,
+    chunked_loss_peak,
+    offload_cost,
+    offload_seconds,
+    pipeline_activations,
+    read_oom,
+)
 from ._saved import SavedBytes, saved_tensor_bytes
 from ._track import CATEGORIES, StepMemory, StepPeak, track
 
@@ -32,4 +47,7 @@ __all__ = [
     "CATEGORIES", "OPTIMIZER_STATES", "RECOMPUTE", "Ledger", "SavedBytes", "StepMemory", "StepPeak",
     "activation_breakdown", "activation_bytes", "block_saved_bytes", "course_saved_bytes",
     "head_saved_bytes", "model_state_bytes", "saved_tensor_bytes", "track",
+    "EXAMPLE_OOM", "SCHEDULES", "OffloadCost", "OutOfMemory", "chunked_loss_model", "chunked_loss_peak",
+    "offload_cost", "offload_seconds",
+    "pipeline_activations", "read_oom",
 ]

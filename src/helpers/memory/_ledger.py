@@ -117,46 +117,57 @@ def model_state_bytes(n_params: int, optimizer: str = "adamw", mixed_precision: 
 
 
 def _activation_parts(seq_len: int, batch: int, hidden: int, heads: int, recompute: str,
-                      bytes_per_element: int, dropout: bool, fused_attention: bool) -> tuple[int, int]:
-    seq_len, batch, hidden, heads, bytes_per_element = _count(
-        seq_len=seq_len, batch=batch, hidden=hidden, heads=heads, bytes_per_element=bytes_per_element)
+                      bytes_per_element: int, dropout: bool, fused_attention: bool, tp: int = 1,
+                      sequence_parallel: bool = False) -> tuple[int, int]:
+    seq_len, batch, hidden, heads, bytes_per_element, tp = _count(
+        seq_len=seq_len, batch=batch, hidden=hidden, heads=heads, bytes_per_element=bytes_per_element, tp=tp)
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     sbh = seq_len * batch * hidden
     e, mask = bytes_per_element, 1  # a dropout mask keeps 1 byte per element
+    # under sequence parallelism the parts tensor parallelism leaves whole are split too
+    whole = tp if sequence_parallel else 1
     if recompute == "full":
-        return e * sbh, 0  # only the layer input
-    # 16·e per s·b·h: LayerNorm inputs 2·e, QKV input e, Q K V 3·e, attention output e, MLP 9·e
-    linear = 16 * e * sbh + (2 * mask * sbh if dropout else 0)
+        return e * sbh // whole, 0  # only the layer input
+    # per s·b·h: LayerNorm inputs 2·e, QKV input e and MLP input e stay whole under tensor
+    # parallelism (4·e); Q K V 3·e, attention output e, GELU input 4·e and down input 4·e are
+    # split over the t ranks (12·e); the residual dropout masks (2·mask) stay whole
+    linear = (4 * e * sbh + (2 * mask * sbh if dropout else 0)) // whole + 12 * e * sbh // tp
     if recompute == "selective" or fused_attention:
         return linear, 0
-    # softmax output e, and with dropout its mask (1) and output (e), each a·s·s·b elements
+    # softmax output e, and with dropout its mask (1) and output (e), each a·s·s·b elements,
+    # split over the ranks with the heads
     per_score = e + (mask + e if dropout else 0)
-    return linear, per_score * heads * seq_len * seq_len * batch
+    return linear, per_score * heads * seq_len * seq_len * batch // tp
 
 
 def activation_bytes(seq_len: int, batch: int, hidden: int, heads: int, recompute: str = "none", *,
                      bytes_per_element: int = 2, dropout: bool = True,
-                     fused_attention: bool = False) -> int:
-    """Bytes one transformer layer keeps for its backward pass (Korthikanti et al. 2022).
+                     fused_attention: bool = False, tp: int = 1, sequence_parallel: bool = False) -> int:
+    """Bytes one transformer layer keeps for its backward pass, per tensor-parallel rank
+    (Korthikanti et al. 2022, Table 2).
 
     Defaults are the paper's: 16-bit activations (``bytes_per_element=2``), dropout, an
     unfused attention, so ``"none"`` is s·b·h·(34 + 5·a·s/h), ``"selective"`` 34·s·b·h and
     ``"full"`` 2·s·b·h. ``dropout=False`` drops the 1-byte masks (32·s·b·h + 2·a·s²·b);
-    ``fused_attention=True`` (FlashAttention-style kernels) drops every s × s term.
+    ``fused_attention=True`` (FlashAttention-style kernels) drops every s × s term. With
+    ``tp`` tensor-parallel ranks, the parts inside the parallel region are split over them:
+    s·b·h·(10 + 24/t + 5·a·s/(h·t)); ``sequence_parallel=True`` splits the rest too:
+    s·b·h·(34 + 5·a·s/h)/t, and ``"full"`` keeps 2·s·b·h/t.
     """
-    _flag(dropout=dropout, fused_attention=fused_attention)
+    _flag(dropout=dropout, fused_attention=fused_attention, sequence_parallel=sequence_parallel)
     linear, attention = _activation_parts(seq_len, batch, hidden, heads, recompute,
-                                          bytes_per_element, dropout, fused_attention)
+                                          bytes_per_element, dropout, fused_attention, tp, sequence_parallel)
     return linear + attention
 
 
 def activation_breakdown(seq_len: int, batch: int, hidden: int, heads: int, recompute: str = "none", *,
                          bytes_per_element: int = 2, dropout: bool = True,
-                         fused_attention: bool = False) -> dict[str, int]:
+                         fused_attention: bool = False, tp: int = 1, sequence_parallel: bool = False
+                         ) -> dict[str, int]:
     """:func:`activation_bytes` split into ``"linear"`` (terms in s·b·h: grow linearly with the
     sequence) and ``"attention"`` (the a·s²·b terms of the score matrices), plus ``"total"``."""
-    _flag(dropout=dropout, fused_attention=fused_attention)
+    _flag(dropout=dropout, fused_attention=fused_attention, sequence_parallel=sequence_parallel)
     linear, attention = _activation_parts(seq_len, batch, hidden, heads, recompute,
-                                          bytes_per_element, dropout, fused_attention)
+                                          bytes_per_element, dropout, fused_attention, tp, sequence_parallel)
     return {"linear": linear, "attention": attention, "total": linear + attention}

@@ -1,0 +1,244 @@
+"""What a practitioner does when memory runs out: read the error, move memory, split it, shrink
+the peak.
+
+* :func:`read_oom` — the numbers of a CUDA out-of-memory message, and what they say
+  (:data:`EXAMPLE_OOM` is a labelled example);
+* :func:`offload_seconds` and :func:`offload_cost` — the cost of moving saved activations to the
+  host and back (``torch.autograd.graph.save_on_cpu``, ZeRO-Offload) over a host link
+  (``helpers.hardware.HOST_LINKS``);
+* :func:`pipeline_activations` — how many microbatches' activations a pipeline stage holds;
+* :func:`chunked_loss_peak` — the loss computed a chunk of tokens at a time, so the full
+  logits never exist at once: the step's peak before and after, measured.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from .. import models
+from .._validate import count as _count
+from .._validate import unknown
+from ..hardware import HOST_LINKS
+from ._ledger import activation_bytes
+
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_NUMBER = r"([\d.]+)\s*(B|KiB|MiB|GiB|TiB)"
+
+
+def _bytes(match: re.Match | None) -> int | None:
+    return None if match is None else round(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+@dataclass(frozen=True)
+class OutOfMemory:
+    """The numbers of one CUDA out-of-memory message (bytes; None where it does not say)."""
+
+    requested: int | None  # "Tried to allocate"
+    capacity: int | None  # the GPU's total memory, as the driver reports it
+    free: int | None  # free on the GPU when it failed
+    process_in_use: int | None  # this process, PyTorch and non-PyTorch memory together
+    allocated: int | None  # in live tensors (PyTorch)
+    reserved_unallocated: int | None  # cached by PyTorch's allocator, not in a tensor
+    other_processes: int  # memory that other processes hold on the same GPU
+
+    @property
+    def non_pytorch(self) -> int | None:
+        """This process's memory that PyTorch's allocator does not hold: the CUDA context,
+        libraries' workspaces, communication buffers."""
+        if None in (self.process_in_use, self.allocated, self.reserved_unallocated):
+            return None
+        return self.process_in_use - self.allocated - self.reserved_unallocated
+
+    def format(self) -> str:
+        """The numbers as a table, each with what it means, and the advice."""
+        def gib(n: int | None) -> str:
+            return "      n/a" if n is None else f"{n / 2**30:6.2f} GiB"
+
+        rows = [("requested", self.requested, "the allocation that failed"),
+                ("GPU capacity", self.capacity, "as the driver reports it"),
+                ("free on the GPU", self.free, "what the driver could still give"),
+                ("this process", self.process_in_use, "the three lines below"),
+                ("  live tensors", self.allocated, "allocated by PyTorch"),
+                ("  cached, unused", self.reserved_unallocated, "reserved by PyTorch but unallocated"),
+                ("  not PyTorch's", self.non_pytorch, "CUDA context, libraries' workspaces"),
+                ("other processes", self.other_processes, "on the same GPU")]
+        lines = [f"{name:<16} {gib(value)}  {meaning}" for name, value, meaning in rows]
+        return "\n".join([*lines, f"reading: {self.advice()}"])
+
+    def advice(self) -> str:
+        """Which part to act on, in one line."""
+        if self.requested and self.reserved_unallocated and self.reserved_unallocated >= self.requested:
+            return ("the allocator holds more cached memory than the request but in pieces too small "
+                    "for it: fragmentation; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        if self.other_processes:
+            return "other processes hold memory on this GPU: free it or use another GPU"
+        return ("live tensors fill the memory: shrink the peak (a smaller micro batch, recomputation, "
+                "a chunked loss, ZeRO, offloading); emptying the cache would not help")
+
+
+#: An example message, written for this course in the format PyTorch 2.x prints (not from a real
+#: run): an 80 GB GPU, 7.85 GiB cached but unused, and a 3.07 GiB request that still fails.
+EXAMPLE_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.07 GiB. GPU 0 has a total capacity "
+    "of 79.19 GiB of which 2.31 GiB is free. Including non-PyTorch memory, this process has 76.88 GiB "
+    "memory in use. Of the allocated memory 68.42 GiB is allocated by PyTorch, and 7.85 GiB is reserved "
+    "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+
+
+def read_oom(message: str) -> OutOfMemory:
+    """Read a CUDA out-of-memory message as PyTorch 2.x writes it ("Tried to allocate …. GPU 0
+    has a total capacity of … of which … is free. [Process N has … memory in use.] Including
+    non-PyTorch memory, this process has … memory in use. Of the allocated memory … is
+    allocated by PyTorch, and … is reserved by PyTorch but unallocated."). Raises ValueError
+    for text that is not such a message."""
+    if not isinstance(message, str) or "out of memory" not in message.lower():
+        raise ValueError("give the text of a CUDA out-of-memory error (it starts 'CUDA out of memory')")
+    others = sum(_bytes(m) for m in re.finditer(r"Process \d+ has " + _NUMBER + " memory in use", message))
+    return OutOfMemory(
+        requested=_bytes(re.search(r"Tried to allocate " + _NUMBER, message)),
+        capacity=_bytes(re.search(r"total capac\w* of " + _NUMBER, message)),
+        free=_bytes(re.search(r"of which " + _NUMBER + " is free", message)),
+        process_in_use=_bytes(re.search(r"this process has " + _NUMBER + " memory in use", message)),
+        allocated=_bytes(re.search(_NUMBER + " is allocated by PyTorch", message)),
+        reserved_unallocated=_bytes(re.search(_NUMBER + " is reserved by PyTorch but unallocated", message)),
+        other_processes=others)
+
+
+def offload_seconds(n_bytes: float, link: str = "PCIe 4.0 x16") -> float:
+    """Seconds to move ``n_bytes`` to the host and back over ``link`` at its full rate, one
+    direction at a time: what offloading saved activations (``save_on_cpu``) or optimizer state
+    (ZeRO-Offload) adds to a step unless the copies overlap with compute."""
+    if link not in HOST_LINKS:
+        raise unknown("host link", link, HOST_LINKS)
+    if isinstance(n_bytes, bool) or not isinstance(n_bytes, (int, float)) or n_bytes < 0:
+        raise ValueError(f"n_bytes must be a number of bytes >= 0, got {n_bytes!r}")
+    return 2 * n_bytes / HOST_LINKS[link]
+
+
+@dataclass(frozen=True)
+class OffloadCost:
+    """What offloading moves over the host link in one training step, and the step's compute time
+    at the GPU's datasheet peak (the fastest the step could be, so a lower bound)."""
+
+    model: str
+    link: str
+    gpu: str
+    recompute: str
+    saved_bytes: int  # every layer's saved activations (save_on_cpu sends them all)
+    saved_seconds: float  # there and back
+    zero_offload_gpu_bytes_freed: int  # ZeRO-Offload: AdamW states and fp32 master weights
+    zero_offload_seconds: float  # 16-bit gradients to the host, 16-bit parameters back
+    compute_seconds: float  # model FLOPs at the dense bf16 peak
+
+    def format(self) -> str:
+        def ms(t: float) -> str:
+            return f"{t * 1e3:9.1f} ms"
+
+        def verdict(t: float) -> str:  # the copy hides only behind a step at least as long
+            if t <= self.compute_seconds:
+                return "can hide behind the compute at any MFU"
+            return f"hides only if the step's MFU is below {self.compute_seconds / t:.0%}"
+
+        return "\n".join([
+            f"{self.model}, recompute {self.recompute!r}, over {self.link}; compute at the {self.gpu} "
+            f"bf16 peak: {ms(self.compute_seconds).strip()} (no step is faster)",
+            f"  save_on_cpu:  {self.saved_bytes / 2**30:7.2f} GiB moved  -> {ms(self.saved_seconds)}, "
+            + verdict(self.saved_seconds),
+            f"  ZeRO-Offload: {self.zero_offload_gpu_bytes_freed / 2**30:7.2f} GiB freed  -> "
+            f"{ms(self.zero_offload_seconds)}, " + verdict(self.zero_offload_seconds)])
+
+
+def offload_cost(shape: Any, batch: int, recompute: str = "none", link: str = "PCIe 5.0 x16",
+                 gpu: str = "H100 SXM") -> OffloadCost:
+    """Transfer time of offloading for one step of ``shape`` (a :class:`ModelShape` or a
+    preset name from :func:`model_presets`) in bf16 with fused attention, against the step's
+    model FLOPs at ``gpu``'s dense bf16 peak. Activations: every layer's saved tensors to the
+    host after its forward and back before its backward. ZeRO-Offload (Ren et al. 2021): the
+    optimizer step runs on the host, so 12 bytes a parameter leave the GPU and each step sends
+    2-byte gradients down and 2-byte parameters up. A copy that takes longer than the compute
+    it could hide behind makes the step slower: the copy hides only when the step's MFU is below
+    ``compute_seconds / transfer seconds``. The host's own optimizer step is not counted."""
+    from .. import mfu
+    from ..hardware import get_device
+    from ._explorer import model_presets
+
+    if isinstance(shape, str):
+        presets = model_presets()
+        if shape not in presets:
+            raise unknown("model", shape, presets)
+        shape = presets[shape]
+    batch, = _count(batch=batch)
+    saved = shape.layers * activation_bytes(shape.seq_len, batch, shape.hidden, shape.heads, recompute,
+                                            bytes_per_element=2, fused_attention=True)
+    flops = batch * shape.seq_len * mfu.transformer_flops_per_token(
+        shape.n_params, shape.layers, shape.heads, shape.hidden // shape.heads, shape.seq_len)
+    device = get_device(gpu)
+    return OffloadCost(shape.name, link, device.name, recompute, saved, offload_seconds(saved, link),
+                       12 * shape.n_params, offload_seconds(2 * shape.n_params, link),
+                       flops / device.peak_flops["bf16"])
+
+
+SCHEDULES = ("gpipe", "1f1b")
+
+
+def pipeline_activations(layer_bytes: int, layers: int, stages: int, microbatches: int,
+                         schedule: str = "1f1b") -> int:
+    """Activation bytes the first pipeline stage holds at its peak: its ``layers / stages``
+    layers times the microbatches in flight, each layer keeping ``layer_bytes`` per microbatch.
+    GPipe runs every forward first, so all ``microbatches`` are in flight; 1F1B starts a
+    microbatch's backward as soon as it can, so the first stage holds at most ``stages``
+    (Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters)."""
+    layer_bytes, layers, stages, microbatches = _count(layer_bytes=layer_bytes, layers=layers, stages=stages,
+                                                       microbatches=microbatches)
+    if schedule not in SCHEDULES:
+        raise unknown("schedule", schedule, SCHEDULES)
+    in_flight = microbatches if schedule == "gpipe" else min(stages, microbatches)
+    return -(-layers // stages) * layer_bytes * in_flight
+
+
+class _ChunkedLossGPT(models.TinyGPT):
+    """The course model with its loss computed ``chunks`` slices of tokens at a time, each under
+    a checkpoint: only one slice's logits exist at once, in the forward and in the backward."""
+
+    chunks = 1
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        if targets is None or self.chunks == 1:
+            return super().forward(idx, targets)
+        b, s = idx.shape
+        x = self.tok_emb(idx) + self.pos_emb(torch.arange(s, device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        h, t = self.ln_f(x).reshape(b * s, -1), targets.reshape(b * s)
+        total = sum(checkpoint(self._slice_loss, hc, tc, use_reentrant=False)
+                    for hc, tc in zip(h.chunk(self.chunks), t.chunk(self.chunks), strict=True))
+        return total / (b * s)
+
+    def _slice_loss(self, h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(F.linear(h, self.tok_emb.weight), t, reduction="sum")
+
+
+def chunked_loss_model(config: Any, chunks: int) -> models.TinyGPT:
+    """A course model (freshly initialised) whose loss runs in ``chunks`` slices of tokens."""
+    chunks, = _count(chunks=chunks)
+    model = _ChunkedLossGPT(models.get_config(config))
+    model.chunks = chunks
+    return model
+
+
+def chunked_loss_peak(config: Any = "gpt2-small", batch: int = 8, seq_len: int | None = None,
+                      chunks: tuple[int, ...] = (1, 8), autocast: str | None = None) -> dict[int, Any]:
+    """The peak of one training step (``memory.track``, fake tensors) with the loss computed in
+    one piece and in slices: ``{chunks: StepMemory}``."""
+    from ._track import track
+
+    cfg = models.get_config(config)
+    return {k: track(lambda k=k: chunked_loss_model(cfg, k), "adamw", batch_size=batch,
+                     seq_len=seq_len or cfg.seq_len, autocast=autocast) for k in chunks}
