@@ -169,9 +169,17 @@ class Block(nn.Module):
         # no dropout op at all when it is off: nothing saved, nothing counted
         return F.dropout(x, self.p) if self.p and self.training else x
 
+    def attention_path(self, x: torch.Tensor) -> torch.Tensor:
+        """The attention sub-layer's branch of the residual stream."""
+        return self._drop(self.attention(self.ln1(x)))
+
+    def mlp_path(self, x: torch.Tensor) -> torch.Tensor:
+        """The MLP sub-layer's branch of the residual stream."""
+        return self._drop(self.down(F.gelu(self.up(self.ln2(x)))))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self._drop(self.attention(self.ln1(x)))
-        return x + self._drop(self.down(F.gelu(self.up(self.ln2(x)))))
+        x = x + self.attention_path(x)
+        return x + self.mlp_path(x)
 
 
 class TinyGPT(nn.Module):
@@ -193,16 +201,20 @@ class TinyGPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
+    def features(self, idx: torch.Tensor) -> torch.Tensor:
+        """The final layer-normed hidden states ``(batch, seq, d_model)``: what the output layer reads."""
+        s = idx.shape[1]
+        if s > self.config.seq_len:
+            raise ValueError(f"sequence length {s} exceeds the model's context {self.config.seq_len}")
+        x = self.tok_emb(idx) + self.pos_emb(torch.arange(s, device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_f(x)
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """Logits ``(batch, seq, vocab)``, or the mean cross-entropy loss when ``targets`` is given."""
         b, s = idx.shape
-        if s > self.config.seq_len:
-            raise ValueError(f"sequence length {s} exceeds the model's context {self.config.seq_len}")
-        pos = torch.arange(s, device=idx.device)
-        x = self.tok_emb(idx) + self.pos_emb(pos)
-        for block in self.blocks:
-            x = block(x)
-        logits = F.linear(self.ln_f(x), self.tok_emb.weight)  # output layer tied to the token table
+        logits = F.linear(self.features(idx), self.tok_emb.weight)  # output layer tied to the token table
         if targets is None:
             return logits
         return F.cross_entropy(logits.reshape(b * s, -1), targets.reshape(b * s))

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from .. import memory, models
@@ -71,15 +70,9 @@ def _with(make):
 def _sublayer_forward(block: torch.nn.Module):
     """``block.forward`` with the attention path and the MLP path each checkpointed on its own."""
 
-    def attention_path(x: torch.Tensor) -> torch.Tensor:
-        return block._drop(block.attention(block.ln1(x)))
-
-    def mlp_path(x: torch.Tensor) -> torch.Tensor:
-        return block._drop(block.down(F.gelu(block.up(block.ln2(x)))))
-
     def forward(x: torch.Tensor) -> torch.Tensor:
-        x = x + checkpoint(attention_path, x, use_reentrant=False)
-        return x + checkpoint(mlp_path, x, use_reentrant=False)
+        x = x + checkpoint(block.attention_path, x, use_reentrant=False)
+        return x + checkpoint(block.mlp_path, x, use_reentrant=False)
     return forward
 
 

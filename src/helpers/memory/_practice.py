@@ -213,10 +213,7 @@ class _ChunkedLossGPT(models.TinyGPT):
         if targets is None or self.chunks == 1:
             return super().forward(idx, targets)
         b, s = idx.shape
-        x = self.tok_emb(idx) + self.pos_emb(torch.arange(s, device=idx.device))
-        for block in self.blocks:
-            x = block(x)
-        h, t = self.ln_f(x).reshape(b * s, -1), targets.reshape(b * s)
+        h, t = self.features(idx).reshape(b * s, -1), targets.reshape(b * s)
         total = sum(checkpoint(self._slice_loss, hc, tc, use_reentrant=False)
                     for hc, tc in zip(h.chunk(self.chunks), t.chunk(self.chunks), strict=True))
         return total / (b * s)
