@@ -553,3 +553,110 @@ def test_compare_configs_times_two_configurations_interleaved():
     assert speed.names == ("baseline", "no_sync") and speed.unit == "step"
     summary = runner.speed_summary(speed)
     assert summary["verdict"] == speed.verdict and "interleaved pairs" in summary["sentence"]
+
+
+# --------------------------------------------------------------------------- judgement (exercises 1-4)
+
+def _phases(data, fwd, bwd, opt, other):
+    return {"data": data, "forward": fwd, "backward": bwd, "optimizer": opt, "other": other}
+
+
+@pytest.mark.parametrize("phases, threshold, want", [
+    (_phases(8, 10, 20, 2, 1), 0.2, ("data-bound", "data")),  # 25% of compute
+    (_phases(8, 10, 20, 2, 1), 0.25, ("compute-bound", "backward")),  # exactly 25%: not above
+    (_phases(0, 30, 20, 2, 1), 0.2, ("compute-bound", "forward")),
+    (_phases(0, 1, 2, 9, 1), 0.2, ("optimizer-bound", "optimizer")),
+    (_phases(0, 1, 2, 1, 9), 0.2, ("host-bound", "other")),
+])
+def test_bottleneck_phase(phases, threshold, want):
+    assert rules.bottleneck_phase(phases, threshold) == want
+
+
+def test_recorded_traces_are_real_capstone_steps_with_distinct_bottlenecks():
+    assert set(document.RECORDED_TRACES) == {"tiny-baseline", "tiny-workers", "tiny-fused", "tiny-compiled",
+                                             "wide-batch1"}
+    found = {}
+    for name in document.RECORDED_TRACES:
+        trace = timeline.load_trace(report.recorded_trace(name))
+        per_step = report.step_phases(trace)
+        assert len(per_step) == 3 and not trace.is_gpu, name
+        found[name] = rules.bottleneck_phase(report.mean_phases(per_step))
+        ops = report.top_operators(trace)
+        assert ops and all(ms > 0 for _, ms in ops) and ops == sorted(ops, key=lambda kv: -kv[1]), name
+        assert report.device_idle_share(trace) is None  # a CPU trace: no device to sit idle
+    assert found["tiny-baseline"] == ("data-bound", "data")
+    assert found["wide-batch1"] == ("optimizer-bound", "optimizer")
+    assert found["tiny-compiled"][0] == "compute-bound"
+    readme = (ROOT / "src/helpers/data/capstone_recorded_README.md").read_text()
+    assert all(file in readme for file in document.RECORDED_TRACES.values())
+    with pytest.raises(KeyError, match="recorded trace"):
+        report.recorded_trace("nope")
+
+
+def test_top_operators_count_self_time_once(tmp_path):
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100, "pid": 1,
+               "tid": 1},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 10, "dur": 50, "pid": 1, "tid": 1},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 12, "dur": 40, "pid": 1, "tid": 1},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "ts": 70, "dur": 20, "pid": 1, "tid": 1}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    ops = dict(report.top_operators(timeline.load_trace(path)))
+    assert ops == pytest.approx({"aten::addmm": 0.040, "aten::relu": 0.020, "aten::linear": 0.010})
+
+
+def test_doubt_checks_the_phase_before_the_change_then_the_verdict():
+    before = {"name": "baseline", "step_time_ms": 30.0, "phases_ms": _phases(20, 3, 5, 1, 0.5)}
+    row = {"name": "workers", "tried_on": "baseline", "step_time_ms": 12.0,
+           "phases_ms": _phases(2, 3, 5, 1, 0.5), "speed": {"verdict": "faster"}}
+    assert report.doubt(row, before) == "ok"  # saved 18 of the 20 ms data phase it acts on
+    assert report.doubt(dict(row, step_time_ms=9.0), before) == "larger than the phase"
+    assert report.doubt(dict(row, speed={"verdict": "within noise"}), before) == "not faster"
+    impossible = dict(row, name="no_sync", speed={"verdict": "within noise"})
+    assert report.doubt(impossible, before) == "larger than the phase"  # the first reason wins
+    assert report.doubt(dict(row, speed=None), before) == "not faster"
+
+
+def test_findings_and_next_action_follow_the_kept_configuration():
+    rows = report.recorded_report("cpu-quick").rows
+    assert report.report_findings(rows[:1])["next_action"] == "workers"
+    after_bf16 = report.report_findings(rows[:4])  # bf16 was reverted: workers is still the kept one
+    kept = rules.kept_row(rows[:4])
+    assert kept["name"] == "workers" and after_bf16["bottleneck"] == "compute-bound"
+    assert after_bf16["next_action"] == "compile"
+    compute = kept["phases_ms"]["forward"] + kept["phases_ms"]["backward"]
+    assert after_bf16["evidence_ms"] == pytest.approx(compute)
+    assert after_bf16["expected_gain_ms"] == pytest.approx(rules.room_ms(kept["phases_ms"], "compile"))
+    done = report.report_findings(rows)
+    assert done["next_action"] is None and done["expected_gain_ms"] == 0.0
+    assert report.check_findings(rows, done) == []
+    wrong = dict(done, bottleneck="data-bound", evidence_ms=1.0, next_action="bf16")
+    problems = report.check_findings(rows, wrong)
+    assert len(problems) == 3 and "bottleneck" in problems[0] and "next action" in problems[2]
+    assert report.check_findings(rows, {"bottleneck": "x"})[0].startswith("missing field")
+
+
+def test_kept_changes_replays_the_tuner_on_every_report():
+    for name in ("cpu-quick", "cpu-full"):
+        rows = report.recorded_report(name).rows
+        assert report.kept_changes(rows) == [r["name"] for r in rows if r["decision"] == "keep"], name
+    for name, rep in report.example_gpu_reports().items():
+        rows = rep["rows"]
+        assert all(r["example"] for r in rows), name  # labelled: example numbers, not measurements
+        assert report.kept_changes(rows, rep["memory_budget_mb"]) == \
+            [r["name"] for r in rows if r["decision"] == "keep"], name
+    large = report.example_gpu_reports()["gpu-large-example"]
+    fits = report.kept_changes(large["rows"], large["memory_budget_mb"])
+    assert fits == ["checkpoint"]  # it makes the run fit, though slower
+    assert "compile" not in report.kept_changes(large["rows"])  # its loss moved 5%
+
+
+def test_the_report_lists_top_operators_and_checks_the_analysts_findings(micro_rows):
+    rows = [dict(micro_rows["base"], decision="baseline")]
+    rep = report.build_report(rows, analyst_findings=report.report_findings(rows))
+    md = rep.to_markdown()
+    assert "## Top operators and device idle time" in md and "aten::" in md
+    assert "GPU idle: not applicable" in md and "every field agrees" in md
+    wrong = report.build_report(rows, analyst_findings=dict(report.report_findings(rows), evidence_ms=-1.0))
+    assert "evidence -1.0 ms" in wrong.to_markdown()
+    assert report.build_report(rows).findings_problems() == ["no findings written yet"]

@@ -42,6 +42,7 @@ from .corpus import (
 )
 from .document import (
     COLUMNS,
+    RECORDED_TRACES,
     Report,
     build_report,
     format_row,
@@ -49,19 +50,32 @@ from .document import (
     plot_report,
     read_report,
     recorded_report,
+    recorded_trace,
     table_row,
 )
-from .phases import mean_phases, step_phases
+from .examples import example_gpu_reports
+from .phases import device_idle_share, mean_phases, step_phases, top_operators
 from .rules import (
+    BOTTLENECK_PHASES,
+    DOUBTS,
+    FIXES,
     LOSS_TOLERANCE,
     NEXT_ACTIONS,
     STALL_THRESHOLD,
+    TOUCHES,
     bottleneck_class,
+    bottleneck_phase,
+    check_findings,
     compare,
     data_stall,
     decide,
+    doubt,
+    kept_changes,
     memory_mb,
     mfu_hfu,
+    next_actions_for,
+    report_findings,
+    room_ms,
 )
 from .runner import Trainer, Tuner, derive, executed_flops, peak_for, run_config
 from .tuning import (
@@ -82,9 +96,11 @@ __all__ = [
     "corpus_sha256",
     "corpus_text", "corpus_tokens", "make_dataset", "make_loader",
     "COLUMNS", "Report", "build_report", "format_row", "parse_markdown_table", "plot_report", "read_report",
-    "recorded_report", "table_row", "mean_phases", "step_phases",
-    "LOSS_TOLERANCE", "NEXT_ACTIONS", "STALL_THRESHOLD", "bottleneck_class", "compare", "data_stall",
-    "decide", "memory_mb", "mfu_hfu",
+    "recorded_report", "recorded_trace", "RECORDED_TRACES", "table_row",
+    "device_idle_share", "mean_phases", "step_phases", "top_operators", "example_gpu_reports",
+    "BOTTLENECK_PHASES", "DOUBTS", "FIXES", "LOSS_TOLERANCE", "NEXT_ACTIONS", "STALL_THRESHOLD", "TOUCHES",
+    "bottleneck_class", "bottleneck_phase", "check_findings", "compare", "data_stall", "decide", "doubt",
+    "kept_changes", "memory_mb", "mfu_hfu", "next_actions_for", "report_findings", "room_ms",
     "Trainer", "Tuner", "derive", "executed_flops", "peak_for", "run_config",
     "Change", "RunConfig", "apply_change", "apply_checkpointing", "autocast_context", "baseline_config",
     "compile_model", "make_optimizer", "saved_bytes", "tuning_steps",

@@ -123,6 +123,13 @@ class Report:
     trace_findings: list[str] = field(default_factory=list)
     next_action: list[str] = field(default_factory=list)
     recorded: dict[str, Any] = field(default_factory=dict)  # when, where, by what command
+    analyst_findings: dict[str, Any] | None = None  # bottleneck, evidence, expected gain, next action
+
+    def findings_problems(self) -> list[str]:
+        """What the analyst's findings get wrong about these rows (:func:`rules.check_findings`)."""
+        if self.analyst_findings is None:
+            return ["no findings written yet"]
+        return rules.check_findings(self.rows, self.analyst_findings)
 
     @property
     def baseline(self) -> dict[str, Any]:
@@ -159,6 +166,15 @@ class Report:
         lines.append("|" + "---|" * len(table[0]))
         lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in table[1:]]
         lines += ["", "## Trace findings", ""] + [f"- {f}" for f in self.trace_findings]
+        lines += ["", "## Top operators and device idle time", ""] + _hot_spots(self.rows)
+        lines += ["", "## Findings (written by the analyst)", ""]
+        if self.analyst_findings is None:
+            lines.append("- none written yet")
+        else:
+            lines += [f"- {k}: {_plain(v)}" for k, v in self.analyst_findings.items()]
+            problems = self.findings_problems()
+            lines.append("- checked against the rows: "
+                         + ("; ".join(problems) if problems else "every field agrees"))
         lines += ["", "## Next action", ""] + [f"- {a}" for a in self.next_action]
         return "\n".join(lines) + "\n"
 
@@ -181,6 +197,30 @@ class Report:
             fig.savefig(paths["plot"], dpi=110, bbox_inches="tight")
             plt.close(fig)
         return paths
+
+
+def _plain(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def _hot_spots(rows: list[dict[str, Any]]) -> list[str]:
+    """The top operators (CPU) or kernels (GPU) of the baseline and the tuned configuration, and
+    the share of the step the GPU sat idle (no such share on a CPU)."""
+    kept = [r for r in rows if r.get("decision") in ("baseline", "keep")]
+    out = []
+    for label, row in [("baseline", rows[0])] + ([("tuned", kept[-1])] if len(kept) > 1 else []):
+        ops = row.get("top_ops")
+        if not ops:
+            out.append(f"- {label} ({row['name']}): top operators not in this recording "
+                       "(recorded before reports kept them)")
+            continue
+        what = "kernels" if row.get("device", "").startswith("cuda") else "operators (self time)"
+        out.append(f"- {label} ({row['name']}), top {what}, ms per step: "
+                   + ", ".join(f"{name} {ms:.2f}" for name, ms in ops))
+        idle = row.get("device_idle_share")
+        out.append(f"  - GPU idle: {idle:.1%} of the profiled steps" if idle is not None else
+                   "  - GPU idle: not applicable (a CPU run has no separate device to wait on)")
+    return out
 
 
 def findings(rows: list[dict[str, Any]]) -> list[str]:
@@ -208,16 +248,23 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
 def next_actions(rows: list[dict[str, Any]]) -> list[str]:
     """The next round: the fix for the tuned configuration's bottleneck, then reruns."""
     kept = [r for r in rows if r.get("decision") in ("baseline", "keep")][-1]
-    return [f"tuned is {kept['bottleneck']}: try {rules.NEXT_ACTIONS[kept['bottleneck']]}",
+    untried = rules.next_actions_for(rows)
+    first = (f"tuned is {kept['bottleneck']}: next, try {' or '.join(untried)}" if untried else
+             f"tuned is {kept['bottleneck']}: the capstone's usual fixes for it were all tried; look beyond "
+             f"them ({rules.NEXT_ACTIONS[kept['bottleneck']]})")
+    return [first,
             "rerun the same measurement (same seed, warm-up and windows) and add the row to this table",
             "re-measure on a quiet machine before trusting small differences (see the min–max ranges)"]
 
 
 def build_report(rows: list[dict[str, Any]], experiment: str | None = None,
-                 recorded: dict[str, Any] | None = None) -> Report:
+                 recorded: dict[str, Any] | None = None,
+                 analyst_findings: dict[str, Any] | None = None) -> Report:
     """A report from the rows of a :class:`helpers.report.Tuner` (baseline first). Without
     ``recorded``, the header states this process's provenance (date, command, device model,
-    threads, versions, commit): the report is being made here and now."""
+    threads, versions, commit): the report is being made here and now. ``analyst_findings``
+    are the fields the analyst wrote (bottleneck, evidence_ms, next_action, expected_gain_ms);
+    the report checks them against the rows."""
     if not rows:
         raise ValueError("build_report needs at least the baseline row")
     base = rows[0]
@@ -239,7 +286,8 @@ def build_report(rows: list[dict[str, Any]], experiment: str | None = None,
                   {**{k: v for k, v in cfg.items() if k != "model"}, "model": m, "describe": describe},
                   f"dp=1, tp=1, pp=1, activation_checkpoint={ckpt} (tuned)", rows,
                   findings(rows), next_actions(rows),
-                  provenance(base["device"], threads=cfg.get("threads")) if recorded is None else recorded)
+                  provenance(base["device"], threads=cfg.get("threads")) if recorded is None else recorded,
+                  dict(analyst_findings) if analyst_findings is not None else None)
 
 
 def rederive(rows: list[dict[str, Any]], memory_budget_mb: float | None = None) -> list[dict[str, Any]]:
@@ -290,6 +338,19 @@ def recorded_report(name: str = "cpu-quick") -> Report:
         raise unknown("recorded report", name, RECORDED)
     path = resources.files("helpers") / "data" / RECORDED[name]
     return read_report(Path(str(path)))
+
+
+#: Profiler traces recorded by this project (scripts/record_capstone_traces.py): name -> file.
+RECORDED_TRACES = {name: f"capstone_trace_{name}.json.gz" for name in
+                   ("tiny-baseline", "tiny-workers", "tiny-fused", "tiny-compiled", "wide-batch1")}
+
+
+def recorded_trace(name: str = "tiny-baseline") -> Path:
+    """The path of a profiler trace recorded by this project and shipped with the package
+    (see ``helpers/data/capstone_recorded_README.md``); read it with ``timeline.load_trace``."""
+    if name not in RECORDED_TRACES:
+        raise unknown("recorded trace", name, RECORDED_TRACES)
+    return Path(str(resources.files("helpers") / "data" / RECORDED_TRACES[name]))
 
 
 def plot_report(report: Report):

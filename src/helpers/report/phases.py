@@ -77,3 +77,46 @@ def mean_phases(per_step: Sequence[dict[str, float]]) -> dict[str, float]:
     if not per_step:
         raise ValueError("mean_phases needs at least one step")
     return {k: statistics.fmean(s[k] for s in per_step) for k in per_step[0]}
+
+
+def top_operators(trace: Trace, n: int = 5) -> list[tuple[str, float]]:
+    """The ``n`` operators (CPU trace) or kernels (GPU trace) that took the most time, as
+    (name, ms per profiled step), largest first.
+
+    On a GPU trace a kernel's time is its duration on its stream. On a CPU trace an operator's
+    time is its *self* time: its duration minus that of the operators it called on the same
+    thread, so that ``aten::linear`` does not count the ``aten::addmm`` inside it twice.
+    """
+    steps = [s for s in trace.steps() if s.name.startswith("ProfilerStep")] or trace.steps()
+    if not steps:
+        raise ValueError(f"{trace.path}: no ProfilerStep#N events to count operators per step")
+    lo, hi = min(s.ts for s in steps), max(s.end for s in steps)
+    totals: dict[str, float] = {}
+    if trace.is_gpu:
+        for e in trace.events:
+            if e.stream is not None and lo <= e.ts < hi:
+                totals[e.name] = totals.get(e.name, 0.0) + e.dur
+    else:
+        ops = sorted((e for e in trace.events if e.stream is None and e.cat == "cpu_op" and lo <= e.ts < hi),
+                     key=lambda e: (e.tid, e.ts, -e.dur))
+        open_ops: list[list] = []  # [event, time of its children] on the current thread
+        for e in ops + [None]:
+            while open_ops and (e is None or e.tid != open_ops[-1][0].tid or e.ts >= open_ops[-1][0].end):
+                done, children = open_ops.pop()
+                totals[done.name] = totals.get(done.name, 0.0) + max(0.0, done.dur - children)
+                if open_ops and open_ops[-1][0].tid == done.tid:
+                    open_ops[-1][1] += done.dur
+            if e is not None:
+                open_ops.append([e, 0.0])
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:n]
+    return [(name, us / 1e3 / len(steps)) for name, us in ranked]
+
+
+def device_idle_share(trace: Trace) -> float | None:
+    """The share of the profiled steps in which no GPU kernel, copy or collective ran (a GPU
+    trace), or ``None`` for a CPU trace: there is no separate device to sit idle."""
+    if not trace.is_gpu:
+        return None
+    per_step = timeline.step_breakdown(trace)
+    total = sum(b.duration_us for b in per_step)
+    return sum(b.idle_us for b in per_step) / total if total > 0 else None

@@ -199,3 +199,121 @@ def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> 
                        f"interleaved verdict '{verdict}': the load changed between the runs; read the "
                        "verdict")
     return out
+
+
+# --------------------------------------------------------------------------- judgement
+#: The part of the step each bottleneck class sits in.
+BOTTLENECK_PHASES = {"data-bound": ("data",), "compute-bound": ("forward", "backward"),
+                     "optimizer-bound": ("optimizer",), "host-bound": ("other",)}
+#: The usual fixes for each bottleneck class, as capstone change names (the chapter's table).
+FIXES = {"data-bound": ("workers",), "compute-bound": ("bf16", "compile"),
+         "optimizer-bound": ("fused", "compile"), "host-bound": ("no_sync", "compile")}
+#: What :func:`doubt` answers.
+DOUBTS = ("ok", "larger than the phase", "not faster")
+
+
+def bottleneck_phase(phases: Mapping[str, float], threshold: float = STALL_THRESHOLD) -> tuple[str, str]:
+    """(bottleneck class, the phase of the step it sits in): ``data`` for data-bound, the
+    larger of ``forward`` and ``backward`` for compute-bound, ``optimizer``, or ``other``."""
+    label = bottleneck_class(phases, threshold)
+    if label == "compute-bound":
+        return label, "backward" if phases["backward"] >= phases["forward"] else "forward"
+    return label, BOTTLENECK_PHASES[label][0]
+
+
+def room_ms(phases: Mapping[str, float], change: str) -> float:
+    """The most ``change`` can save: the time of the phases it acts on (:data:`TOUCHES`)."""
+    if change not in TOUCHES:
+        raise KeyError(f"unknown change {change!r}; the changes are {', '.join(TOUCHES)}")
+    return sum(phases[p] for p in TOUCHES[change])
+
+
+def doubt(row: Mapping[str, Any], previous: Mapping[str, Any]) -> str:
+    """Does a row's claim to have saved time stand? ``"larger than the phase"`` when the
+    saving (``previous`` median minus this row's) is more than the time of the phases the
+    change acts on in ``previous`` (the configuration it changed); else ``"not faster"`` when the
+    interleaved verdict is not "faster"; else ``"ok"``."""
+    saving = previous["step_time_ms"] - row["step_time_ms"]
+    if saving > room_ms(previous["phases_ms"], row["name"]):
+        return "larger than the phase"
+    if (row.get("speed") or {}).get("verdict") != "faster":
+        return "not faster"
+    return "ok"
+
+
+def kept_row(rows: list[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The configuration kept at the end of a tuning report (rows with their decisions)."""
+    kept = [r for r in rows if r.get("decision") in ("baseline", "keep")]
+    if not kept:
+        raise ValueError("no row was kept: the first row of a report is its baseline")
+    return kept[-1]
+
+
+def next_actions_for(rows: list[Mapping[str, Any]], threshold: float = STALL_THRESHOLD) -> tuple[str, ...]:
+    """The changes a report may try next: the fixes of the kept configuration's bottleneck that
+    it has not tried yet (empty when every fix was tried)."""
+    label = bottleneck_class(kept_row(rows)["phases_ms"], threshold)
+    tried = {r["name"] for r in rows}
+    return tuple(c for c in FIXES[label] if c not in tried)
+
+
+def report_findings(rows: list[Mapping[str, Any]], next_action: str | None = None) -> dict[str, Any]:
+    """A report's findings as fields: the kept configuration's ``bottleneck``, ``evidence_ms``
+    (its time per step in the part of the step the bottleneck names), a ``next_action`` (the
+    first of :func:`next_actions_for`, or the one given; ``None`` when none is left) and
+    ``expected_gain_ms`` (the most that action can save, :func:`room_ms`; 0 without one)."""
+    phases = kept_row(rows)["phases_ms"]
+    label = bottleneck_class(phases)
+    choices = next_actions_for(rows)
+    action = next_action if next_action is not None else (choices[0] if choices else None)
+    return {"bottleneck": label, "evidence_ms": sum(phases[p] for p in BOTTLENECK_PHASES[label]),
+            "next_action": action, "expected_gain_ms": room_ms(phases, action) if action else 0.0}
+
+
+def kept_changes(rows: list[Mapping[str, Any]], memory_budget_mb: float | None = None) -> list[str]:
+    """The changes a tuning run keeps, in order: each row after the baseline was tried on the
+    configuration named in ``row["tried_on"]`` and is decided by :func:`decide` (loss within
+    :data:`LOSS_TOLERANCE` of the baseline's, then the memory budget, then the interleaved verdict)."""
+    base = rows[0]
+    tolerance = LOSS_TOLERANCE * base["loss"]
+    by_name = {base["name"]: base}
+    kept = []
+    for row in rows[1:]:
+        previous = by_name[row["tried_on"]]
+        faster = (row.get("speed") or {}).get("verdict") == "faster"
+        if decide(row["loss"] - base["loss"], memory_mb(previous), memory_mb(row), faster, tolerance,
+                  memory_budget_mb) == "keep":
+            kept.append(row["name"])
+        by_name[row["name"]] = row
+    return kept
+
+
+def check_findings(rows: list[Mapping[str, Any]], stated: Mapping[str, Any], rtol: float = 0.01) -> list[str]:
+    """What is wrong with findings someone wrote about a report (empty: every field agrees with
+    the rows). The bottleneck must be the kept configuration's, the evidence its time in that
+    part of the step, the next action one of :func:`next_actions_for` (or ``None`` when none is
+    left) and the expected gain at most what that action can save."""
+    want = report_findings(rows)
+    fields = ("bottleneck", "evidence_ms", "next_action", "expected_gain_ms")
+    missing = [f for f in fields if f not in stated]
+    if missing:
+        return [f"missing field(s): {', '.join(missing)}"]
+    out = []
+    if stated["bottleneck"] != want["bottleneck"]:
+        out.append(f"bottleneck {stated['bottleneck']!r}: the kept configuration is {want['bottleneck']}")
+    if not _close(stated["evidence_ms"], want["evidence_ms"], rtol):
+        out.append(f"evidence {stated['evidence_ms']!r} ms: the data says {want['evidence_ms']:.2f} ms")
+    choices = next_actions_for(rows)
+    action = stated["next_action"]
+    if action not in (choices or (None,)):
+        allowed = ", ".join(choices) or "None (every fix was tried)"
+        out.append(f"next action {action!r}: choose from {allowed}")
+    elif not _close(stated["expected_gain_ms"], report_findings(rows, action)["expected_gain_ms"], rtol):
+        out.append(f"expected gain {stated['expected_gain_ms']!r} ms: {action} can save at most "
+                   f"{report_findings(rows, action)['expected_gain_ms']:.2f} ms")
+    return out
+
+
+def _close(got: Any, want: float, rtol: float) -> bool:
+    number = isinstance(got, (int, float)) and not isinstance(got, bool)
+    return number and abs(got - want) <= rtol * abs(want) + 1e-9

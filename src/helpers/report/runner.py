@@ -232,7 +232,8 @@ def _run(config: RunConfig, quick: bool, trace_dir: str | Path | None) -> dict[s
     folder = Path(trace_dir) if trace_dir else Path(tempfile.mkdtemp(prefix="capstone_"))
     folder.mkdir(parents=True, exist_ok=True)
     trace_path = _trace(trainer, folder)
-    per_step = phases.step_phases(timeline.load_trace(trace_path))
+    trace = timeline.load_trace(trace_path)
+    per_step = phases.step_phases(trace)
     trainer.batches = iter(())  # let worker processes go
     peak_flops = peak_for(dev, config.precision, quick)
     row = {
@@ -248,6 +249,8 @@ def _run(config: RunConfig, quick: bool, trace_dir: str | Path | None) -> dict[s
         "peak_flops": peak_flops.flops, "peak_kind": peak_flops.kind, "peak_source": peak_flops.source,
         "peak_spread": peak_flops.spread,
         "phases_ms": phases.mean_phases(per_step), "phase_steps_ms": per_step,
+        "top_ops": [list(op) for op in phases.top_operators(trace)],
+        "device_idle_share": phases.device_idle_share(trace),
         "trace": str(trace_path), "config": config.settings(),
     }
     return derive(row)
