@@ -662,6 +662,20 @@ def test_capstone_timed_windows_sync_only_at_window_edges_on_cuda(gpu, monkeypat
     assert samples == [pytest.approx(7 / 3)] * 2  # host clock: 7 readings per window of 3 steps
 
 
+def test_the_capstone_report_on_a_gpu_lists_kernels_and_the_gpu_idle_share():
+    from helpers import report
+
+    rows = [{"name": "baseline", "decision": "baseline", "device": "cuda:0",
+             "top_ops": [["ampere_sgemm_128x64_tn", 12.5], ["ncclKernel_AllReduce", 3.25]],
+             "device_idle_share": 0.25}]
+    lines = report.document._hot_spots(rows)
+    assert lines[0].startswith("- baseline (baseline), top kernels, ms per step: ampere_sgemm_128x64_tn")
+    assert lines[1] == "  - GPU idle: 25.0% of the profiled steps"
+    for rep in report.example_gpu_reports().values():  # GPU-shaped examples: a CUDA peak, no saved bytes
+        assert all(r["device"] == "cuda" and r["peak_mem_mb"] > 0 and r["saved_mb"] is None
+                   for r in rep["rows"])
+
+
 # --------------------------------------------------------------------------- coverage guard
 
 COVERED = {  # function -> the test(s) above that exercise its CUDA branch
@@ -708,6 +722,8 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
     "report.runner._reset_peak": "test_capstone_device_helpers_on_cuda",
     "report.runner._peak_mb": "test_capstone_device_helpers_on_cuda",
     "report.provenance.device_model": "test_report_provenance_names_the_gpu_on_cuda",
+    "report.document._hot_spots": "test_the_capstone_report_on_a_gpu_lists_kernels_and_the_gpu_idle_share",
+    "report.examples._row": "test_the_capstone_report_on_a_gpu_lists_kernels_and_the_gpu_idle_share",
 }
 # CUDA code no CPU test can run, with the reason; the GPU script is where it is proven.
 NOT_ON_CPU = {
