@@ -274,3 +274,37 @@ def test_strings_file_is_what_the_catalogues_say():
     assert not clashes
     shipped = json.loads(catalogues.strings_path(ROOT, lang).read_text(encoding="utf-8"))
     assert shipped["strings"] == merged
+
+
+# --------------------------------------------------------------------------- glossary
+
+def test_the_glossary_fixes_each_term_and_nothing_uses_a_rejected_variant():
+    from trainperf import i18n as course_i18n
+
+    terms = course_i18n.load_glossary(ROOT, "zh")
+    english = [t["en"] for t in terms]
+    assert len(english) == len(set(english))
+    assert {"datasheet", "master weights", "magnitude (of a value)"} <= set(english)
+    for path in sorted((ROOT / "i18n/zh").glob("0*.json")):
+        assert course_i18n.glossary_problems(terms, "zh", json.loads(path.read_text())) == [], path.name
+    hits = [hit for message in MESSAGES.values() for hit in course_i18n.glossary_hits(terms, "zh", message)]
+    assert hits == []  # the helpers' own messages follow it too
+    # 数量级 (order of magnitude) is not 量级 (a value's magnitude); 运算单元 is not a notebook cell
+    assert course_i18n.glossary_hits(terms, "zh", "相差两个数量级；芯片的运算单元") == []
+
+
+def test_a_rejected_variant_is_named_by_build_check(tmp_path):
+    from trainperf import i18n as course_i18n
+
+    terms = course_i18n.load_glossary(ROOT, "zh")
+    catalogue = {"cells": {"cell-07": {"en_hash": "x", "text": "峰值来自规格书；fp32 主副本"}},
+                 "strings": {"the ledger": "主副本的字节"}}
+    problems = course_i18n.glossary_problems(terms, "zh", catalogue)
+    assert len(problems) == 3
+    assert problems[0] == "cell cell-07: uses '规格书' (the glossary says 数据手册 for datasheet)"
+    assert problems[2].startswith("string 'the ledger': uses '主副本'")
+    bad = tmp_path / "i18n/zh"
+    bad.mkdir(parents=True)
+    (bad / "glossary.json").write_text(json.dumps({"terms": [{"en": "x", "zh": "y", "reject": ["("]}]}))
+    with pytest.raises(ValueError, match="does not compile"):
+        course_i18n.load_glossary(tmp_path, "zh")

@@ -75,6 +75,11 @@ def catalogue_state(root: Path, lang: str, check: bool) -> tuple[list[str], dict
     found: list[str] = []
     progress: dict[str, tuple[int, int, str]] = {}
     catalogues = {}
+    try:
+        terms = i18n.load_glossary(root, lang)
+    except (ValueError, OSError) as exc:
+        found.append(str(exc))
+        terms = []
     for chapter in chapters(root):
         notebook = json.loads(chapter_notebook(root, chapter).read_text(encoding="utf-8"))
         path = i18n.catalogue_path(root, lang, chapter)
@@ -93,6 +98,7 @@ def catalogue_state(root: Path, lang: str, check: bool) -> tuple[list[str], dict
             continue
         catalogues[chapter] = catalogue
         found += [f"{rel}: {problem}" for problem in i18n.catalogue_problems(notebook, catalogue)]
+        found += [f"{rel}: {problem}" for problem in i18n.glossary_problems(terms, lang, catalogue)]
         progress[chapter] = (*i18n.translated_cells(notebook, catalogue), catalogue.get("status", ""))
     merged, clashes = i18n.merged_strings(catalogues)
     found += [f"i18n/{lang}: {clash}" for clash in clashes]

@@ -207,3 +207,46 @@ def strings_file(lang: str, merged: dict[str, str]) -> str:
     data = {"language": lang, "generated_by": "trainperf build, from i18n/" + lang + "/*.json",
             "strings": dict(sorted(merged.items()))}
     return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+
+
+# --------------------------------------------------------------------------- glossary
+
+def glossary_path(root: Path, lang: str) -> Path:
+    return root / "i18n" / lang / "glossary.json"
+
+
+def load_glossary(root: Path, lang: str) -> list[dict[str, Any]]:
+    """The terms of ``i18n/<lang>/glossary.json`` (empty when the language has none), each
+    ``{"en", "<lang>", "reject": [regex, ...]}``; a pattern that does not compile is an error."""
+    path = glossary_path(root, lang)
+    if not path.is_file():
+        return []
+    terms = json.loads(path.read_text(encoding="utf-8")).get("terms", [])
+    for term in terms:
+        for pattern in term.get("reject", []):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{path}: term {term.get('en')!r}: reject pattern {pattern!r} does not "
+                                 f"compile ({exc})") from None
+    return terms
+
+
+def glossary_hits(terms: list[dict[str, Any]], lang: str, text: str) -> list[str]:
+    """Each rejected variant ``text`` uses, as "uses 'X' (the glossary says Y for Z)"."""
+    found = []
+    for term in terms:
+        for pattern in term.get("reject", []):
+            for match in re.finditer(pattern, text):
+                found.append(f"uses {match.group(0)!r} (the glossary says {term[lang]} for {term['en']})")
+    return found
+
+
+def glossary_problems(terms: list[dict[str, Any]], lang: str, catalogue: dict[str, Any]) -> list[str]:
+    """Every cell and string of a catalogue that uses a variant the glossary rejects."""
+    found = [f"cell {cid}: {hit}" for cid, entry in catalogue.get("cells", {}).items()
+             for hit in glossary_hits(terms, lang, (entry or {}).get("text", ""))]
+    strings = catalogue.get("strings", {})
+    found += [f"string {english[:40]!r}: {hit}" for english, translated in strings.items()
+              if isinstance(translated, str) for hit in glossary_hits(terms, lang, translated)]
+    return found
