@@ -211,3 +211,56 @@ def test_chinese_notebook_in_a_clone_installs_the_clone_editable(fresh_runtime, 
             failures += [(index, e.ename) for e in errors if e.ename != "NotImplementedError"]
     assert not failures, failures
     assert not glyphs, f"cells that warned of a missing glyph: {glyphs}"
+
+
+def _setup_only(notebook: Path, folder: Path) -> Path:
+    """The notebook cut after its setup cell: what the no-clone install paths need to run."""
+    nb = nbformat.read(notebook, as_version=4)
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    nb.cells = nb.cells[:code[1] + 1]
+    target = folder / notebook.name
+    nbformat.write(nb, target)
+    return target
+
+
+@pytest.mark.parametrize("path", ["git-spec", "clone-beside"])
+def test_the_no_clone_paths_the_readmes_give_install_the_helpers(path, fresh_runtime, tmp_path, monkeypatch):
+    """Colab without a clone of the course around the notebook, as both READMEs describe it:
+    `%env TRAINPERF_SPEC=git+<repository>.git` (pip installs the repository), or
+    `!git clone <repository>` into the notebook's folder (the setup cell finds the clone beside
+    it and installs it editable). pip prints lines, not a redrawn progress bar."""
+    import papermill
+
+    if fresh_runtime["version"] != "3.11":
+        pytest.skip("one Python version proves the install paths")
+    vpython = fresh_runtime["python"]
+    run([vpython, "-m", "pip", "uninstall", "-y", "-q", "trainperf-course"])
+    repo = envkit.copy_project(tmp_path / "repository")
+    run(["git", "init", "-q", str(repo)])
+    run(["git", "-C", str(repo), "add", "-A"])
+    run(["git", "-C", str(repo), "-c", "user.name=course", "-c", "user.email=course@example.org",
+         "commit", "-q", "-m", "snapshot"])
+    folder = tmp_path / "content"
+    folder.mkdir()
+    monkeypatch.delenv("TRAINPERF_SPEC", raising=False)
+    if path == "git-spec":
+        monkeypatch.setenv("TRAINPERF_SPEC", f"git+{repo.as_uri()}")
+    else:
+        run(["git", "clone", "-q", str(repo), str(folder / "trainperf-course")])
+    notebook = _setup_only(ROOT / "notebooks" / "01_roofline" / "01_roofline.ipynb", folder)
+    monkeypatch.setenv("JUPYTER_PATH", str(fresh_runtime["jupyter_path"]))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    out = tmp_path / "executed.ipynb"
+    papermill.execute_notebook(str(notebook), str(out), kernel_name=fresh_runtime["kernel"], cwd=str(folder),
+                               progress_bar=False, execution_timeout=CELL_TIMEOUT_S)
+    setup = [c for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"][1]
+    shown = "".join(o.get("text", "") for o in setup.outputs)
+    assert "Successfully installed" in shown and "device: cpu" in shown, shown[-1500:]
+    assert "\r" not in shown and "━" not in shown  # --progress-bar off: no redrawn bar
+    dist = next(envkit.site_packages(vpython).glob("trainperf_course-*.dist-info"), None)
+    direct = json.loads((dist / "direct_url.json").read_text())
+    if path == "git-spec":
+        assert direct["url"] == repo.as_uri() and direct["vcs_info"]["vcs"] == "git", direct
+    else:
+        clone = (folder / "trainperf-course").resolve()
+        assert direct["url"] == clone.as_uri() and direct["dir_info"].get("editable") is True, direct

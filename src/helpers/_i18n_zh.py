@@ -3,7 +3,7 @@
 Keys are the exact English templates passed to :func:`helpers.i18n.tr`; the ``{fields}`` of a
 translation are the English template's (a test checks both, and that every ``tr("...")`` in
 the helpers has an entry here). Terms follow how Chinese engineers write them: MFU, HFU, NVTX,
-kernel, rank, batch and amax stay in Latin letters; roofline is 屋顶线, bubble 气泡,
+kernel, rank, batch and amax stay in Latin letters; roofline stays roofline, bubble 气泡,
 recompute 重计算, compute-/memory-bound 计算受限 / 访存受限.
 """
 
@@ -42,7 +42,7 @@ MESSAGES: dict[str, str] = {
         "（helpers.hardware.measure_device()）。",
     "CPU run ({threads} threads): no datasheet peak for a CPU; the course measures this machine's own "
     "roofline instead.":
-        "在 CPU 上运行（{threads} 个线程）：CPU 没有数据手册峰值；本课程改为实测这台机器自己的屋顶线。",
+        "在 CPU 上运行（{threads} 个线程）：CPU 没有数据手册峰值；本课程改为实测这台机器自己的 roofline。",
     "This machine is busy: load average {load:.1f} on {cores} cores. Timings will be slower and noisier, "
     "and more speed comparisons will say 'within noise'. For cleaner numbers, stop other programs, or "
     "set torch.set_num_threads to the cores left free.":
@@ -57,10 +57,10 @@ MESSAGES: dict[str, str] = {
     "memory-bound": "访存受限",
     "<b>{name}</b>: peak {peak:g} TFLOP/s, bandwidth {bw:g} GB/s, {b:g} bytes per element":
         "<b>{name}</b>：峰值 {peak:g} TFLOP/s，带宽 {bw:g} GB/s，每个元素 {b:g} 字节",
-    "Roofline explorer ({name}, M={M}, {bound})": "屋顶线模型探索器（{name}，M={M}，{bound}）",
-    "Roofline": "屋顶线模型",
+    "Roofline explorer ({name}, M={M}, {bound})": "Roofline 模型探索器（{name}，M={M}，{bound}）",
+    "Roofline": "Roofline 模型",
     "custom roofs": "自定义屋顶",
-    "roofline": "屋顶线",
+    "roofline": "roofline",
     "device": "设备",
     "bytes/elem": "字节/元素",
     "peak TF/s": "峰值 TF/s",
@@ -147,4 +147,12 @@ MESSAGES: dict[str, str] = {
     "{experiment} — grey: reverted": "{experiment} — 灰色：已回退",
     "MiB (CUDA peak allocated)": "MiB（CUDA 峰值已分配）",
     "MiB (saved for backward)": "MiB（为反向传播保存）",
+}
+
+
+#: Lines the helpers print (tables, reports, summaries), as templates: the English line with
+#: each part that varies written {0}, {1}, ... in order; :func:`helpers.i18n.text` matches a
+#: whole printed line to one and fills the Chinese in. In a notebook whose language is
+#: Chinese, every line printed to the output goes through it (``helpers.i18n.translate_output``).
+LINES: dict[str, str] = {
 }

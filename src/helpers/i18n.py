@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from importlib import resources
 from typing import Any
 
@@ -58,6 +59,7 @@ def set_language(lang: str | None) -> str:
         _chosen[:] = [_check(lang)]
     if language() != "en":
         use_fonts()
+        translate_output()
     return language()
 
 
@@ -74,9 +76,10 @@ def _table(lang: str) -> dict[str, str]:
     except (OSError, ValueError):
         pass  # no catalogue shipped: the notebooks' strings stay in English
     if lang == "zh":
-        from ._i18n_zh import MESSAGES
+        from ._i18n_zh import LINES, MESSAGES
 
         table.update(MESSAGES)
+        table.update(LINES)
     return table
 
 
@@ -106,10 +109,82 @@ def text(value: Any) -> Any:
 
 
 def text_in(lang: str, value: Any) -> Any:
-    """:func:`text` in the given language (the grader writes a submission's feedback so)."""
+    """:func:`text` in the given language (the grader writes a submission's feedback so).
+
+    A label a notebook builds with an f-string (``f"MFU of recorded row {name}"``) is found
+    through its template, the f-string with each field written ``{0}``, ``{1}``, ... (what
+    ``trainperf build`` accepts as a catalogue key): the fields' text is kept as it was
+    formatted and put where the translation places them."""
     if not isinstance(value, str) or not value or lang not in LANGUAGES[1:]:
         return value
-    return _table(lang).get(value, value)
+    found = _table(lang).get(value)
+    if found is not None:
+        return found
+    for pattern, translated in _templates(lang):
+        match = pattern.match(value)
+        if match:
+            try:
+                return translated.format(*match.groups())
+            except (IndexError, KeyError, ValueError):
+                return value
+    return value
+
+
+FIELD = re.compile(r"\{(\d+)\}")
+
+
+@functools.cache
+def _templates(lang: str) -> list[tuple[re.Pattern[str], str]]:
+    """(regex, translation) for every key of the table that is an f-string template, the
+    templates with more fixed text first (a longer template is the more specific one)."""
+    out = []
+    for english, translated in _table(lang).items():
+        if not FIELD.search(english):
+            continue
+        parts = FIELD.split(english)  # text, index, text, index, ..., text
+        regex = "".join(re.escape(part) if i % 2 == 0 else "(.+?)" for i, part in enumerate(parts))
+        fixed = sum(len(part.strip()) for part in parts[::2])
+        if fixed >= 3:  # "{0}: {1}" alone would claim every line
+            out.append((fixed, re.compile(regex + r"\Z", re.DOTALL), translated))
+    return [(pattern, translated) for _, pattern, translated in sorted(out, key=lambda t: -t[0])]
+
+
+class _TranslatedLines:
+    """A text stream that shows each complete line it is given in the current language
+    (:func:`text`: exact, or through an f-string template of the catalogues). The notebook's
+    own ``print(f"...")`` lines reach the learner translated this way; a line without a
+    translation passes unchanged, and so does a partial line flushed before its end."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._pending = ""
+
+    def write(self, data: str) -> int:
+        self._pending += data
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self._stream.write(text(line) + "\n")
+        return len(data)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._stream.write(self._pending)
+            self._pending = ""
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def translate_output() -> None:
+    """In a Jupyter kernel, show what code prints in the notebook's language, line by line
+    (once; the kernel's own stream stays underneath). Outside a kernel it does nothing."""
+    import sys
+
+    out = sys.stdout
+    if isinstance(out, _TranslatedLines) or type(out).__name__ != "OutStream":
+        return
+    sys.stdout = _TranslatedLines(out)
 
 
 def use_fonts() -> None:

@@ -40,7 +40,13 @@ def generate_all(root: Path, chapter_ids: list[str], scratch: Path,
             translated = i18n.translate(notebook, i18n.catalogue_or_empty(root, lang, chapter))
             (scratch / "solutions" / chapter / source.name).write_text(
                 json.dumps(translated, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    return {chapter: generate(scratch, chapter) for chapter in chapter_ids}
+    released = {chapter: generate(scratch, chapter) for chapter in chapter_ids}
+    if lang is not None:
+        for folder in released.values():
+            for path in folder.glob("*.ipynb"):
+                text = path.read_text(encoding="utf-8")
+                path.write_text(i18n.translate_stub(text, lang), encoding="utf-8")
+    return released
 
 
 def differences(root: Path, chapter: str, released: Path) -> list[str]:

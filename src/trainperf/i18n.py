@@ -166,7 +166,22 @@ def code_strings(notebook: dict[str, Any]) -> set[str]:
         except SyntaxError:
             continue
         found |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        found |= {fstring_template(n) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr)}
     return found
+
+
+def fstring_template(node: ast.JoinedStr) -> str:
+    """An f-string as a catalogue key: its fixed text, with each field written ``{0}``,
+    ``{1}``, ... in order (``f"MFU of row {row['name']}"`` -> ``"MFU of row {0}"``); the
+    helpers match a label built with it to this template at run time."""
+    parts, index = [], 0
+    for value in node.values:
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            parts.append(value.value)
+        else:
+            parts.append(f"{{{index}}}")
+            index += 1
+    return "".join(parts)
 
 
 def translated_cells(notebook: dict[str, Any], catalogue: dict[str, Any]) -> tuple[int, int]:
@@ -250,3 +265,63 @@ def glossary_problems(terms: list[dict[str, Any]], lang: str, catalogue: dict[st
     found += [f"string {english[:40]!r}: {hit}" for english, translated in strings.items()
               if isinstance(translated, str) for hit in glossary_hits(terms, lang, translated)]
     return found
+
+
+# --------------------------------------------------------------------------- run-time language
+
+_WORD = re.compile(r"[A-Za-z][a-z]+(?:'[a-z]+)?")
+# code spans, identifiers, paths, numbers with units, options: not prose
+_NOT_PROSE = re.compile(r"`[^`]*`|\S*[_./\\()\[\]=<>#@:%\d|{}]\S*")
+
+
+def english_prose(line: str, kept: set[str] | frozenset[str] = frozenset(), words: int = 3) -> str | None:
+    """The first run of ``words`` or more plain English words in a line a learner sees, or
+    None. Code spans, identifiers, paths, numbers, units and the glossary's kept terms
+    (``kept``, lower case) do not count: "MFU 12.7%, HFU 12.8%" is not prose, "the measured
+    peak's runs spread" is."""
+    run: list[str] = []
+    for token in _NOT_PROSE.sub(" ", line).split():
+        word = token.strip(",;:!?\"'()–—-")
+        if _WORD.fullmatch(word) and word.lower() not in kept:
+            run.append(word)
+            if len(run) >= words:
+                return " ".join(run)
+        else:
+            run = []
+    return None
+
+
+def kept_terms(root: Path, lang: str) -> frozenset[str]:
+    """The glossary's terms that stay in English, lower case (empty without a glossary)."""
+    path = glossary_path(root, lang)
+    if not path.is_file():
+        return frozenset()
+    return frozenset(t.lower() for t in json.loads(path.read_text(encoding="utf-8")).get("kept", []))
+
+
+def shown_lines(outputs: list[dict[str, Any]]) -> list[str]:
+    """The lines a learner reads in a cell's outputs: streams, text / Markdown results and
+    errors (images and widget state are not text)."""
+    lines = []
+    for out in outputs:
+        if out.get("output_type") == "error":
+            texts = [f"{out.get('ename', '')}: {out.get('evalue', '')}"]
+        elif "text" in out:
+            texts = [out["text"]]
+        else:
+            data = out.get("data", {})
+            texts = [data.get("text/markdown") or data.get("text/plain") or ""]
+        for text in texts:
+            lines += ("".join(text) if isinstance(text, list) else str(text)).splitlines()
+    return lines
+
+
+#: What an exercise's stub raises in a student notebook (grader/nbgrader_config.py), per language.
+STUB = "Exercise not done yet: replace this line"
+STUB_MESSAGES = {"zh": "练习还没做：把这一行换成你的代码"}
+
+
+def translate_stub(notebook_text: str, lang: str) -> str:
+    """A generated student notebook (its JSON text) with the stub's message in ``lang``."""
+    translated = STUB_MESSAGES.get(lang)
+    return notebook_text.replace(STUB, translated) if translated else notebook_text
