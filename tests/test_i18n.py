@@ -287,8 +287,10 @@ def test_the_glossary_fixes_each_term_and_nothing_uses_a_rejected_variant():
     assert {"datasheet", "master weights", "magnitude (of a value)"} <= set(english)
     for path in sorted((ROOT / "i18n/zh").glob("0*.json")):
         assert course_i18n.glossary_problems(terms, "zh", json.loads(path.read_text())) == [], path.name
-    hits = [hit for message in MESSAGES.values() for hit in course_i18n.glossary_hits(terms, "zh", message)]
-    assert hits == []  # the helpers' own messages follow it too
+    lines = json.loads((ROOT / "src/helpers/data/lines_zh.json").read_text(encoding="utf-8"))["lines"]
+    hits = [hit for message in [*MESSAGES.values(), *lines.values()]
+            for hit in course_i18n.glossary_hits(terms, "zh", message)]
+    assert hits == []  # the helpers' own messages and printed lines follow it too
     # 数量级 (order of magnitude) is not 量级 (a value's magnitude); 运算单元 is not a notebook cell
     assert course_i18n.glossary_hits(terms, "zh", "相差两个数量级；芯片的运算单元") == []
 
@@ -368,3 +370,17 @@ def test_printed_lines_reach_a_chinese_notebook_translated(monkeypatch):
     print("partial", end="", flush=True)
     assert kernel_stream.parts == ["1e-09 在 fp16 中的结果\n",
                                    "no translation here, so the line passes unchanged\n", "partial"]
+
+
+def test_printed_line_templates_fill_the_same_fields():
+    import re
+
+    lines = json.loads((ROOT / "src/helpers/data/lines_zh.json").read_text(encoding="utf-8"))["lines"]
+    assert len(lines) > 100
+    for english, chinese in lines.items():
+        fields = sorted(re.findall(r"\{\d+\}", english))
+        assert fields == sorted(re.findall(r"\{\d+\}", chinese)), english  # no field: an exact line
+        assert len("".join(re.split(r"\{\d+\}", english)).strip()) >= 3, english  # never claims every line
+    line = "ZeRO stage 1:   31.4 GB per GPU  ( 4.19 bytes per parameter of the model)"
+    assert "31.4 GB" in i18n.text_in("zh", line) and "ZeRO" in i18n.text_in("zh", line)
+    assert i18n.text_in("zh", line) != line

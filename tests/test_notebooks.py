@@ -52,26 +52,28 @@ def test_nbval_lax_on_the_chinese_edition(chapter, executed_dir, tmp_path):
     """nbval executes the Chinese edition of the solution (translated markdown, ``LANGUAGE =
     "zh"``: checks, printed lines, plots and widgets in Chinese) headless, against the outputs of
     the English papermill run: no cell may fail — every graded check passes — and every output
-    tagged nbval-check-output must hold the English edition's numbers (its words are compared
-    after removing them: they are in the notebook's language), so the numbers are the same in
-    both languages and reproducible from one run to the next. The same execution counts the
-    lines of English prose the learner still reads."""
+    tagged nbval-check-output must be the English edition's as a Chinese notebook shows it (each
+    printed line through the same translation), so the numbers are the same in both languages
+    and reproducible from one run to the next. The same execution counts the lines of English
+    prose the learner still reads."""
     executed = _executed(chapter, executed_dir)
     nb = json.loads(executed.read_text(encoding="utf-8"))
     checked = [c for c in nb["cells"] if "nbval-check-output" in c["metadata"].get("tags", [])]
     assert checked, "mark deterministic outputs with the nbval-check-output tag"
     zh = i18n.translate(nb, i18n.catalogue_or_empty(ROOT, "zh", chapter))
     assert i18n.set_language_parameter(zh, "zh"), "the parameters cell has no LANGUAGE line"
+    for cell in zh["cells"]:  # what the English run printed, as a Chinese notebook shows it
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stdout":
+                out["text"] = _shown_in_chinese("".join(out["text"]))
     target = tmp_path / f"{chapter}.zh.ipynb"
     target.write_text(json.dumps(zh, ensure_ascii=False), encoding="utf-8")
     (tmp_path / "conftest.py").write_text(KEEP_OUTPUTS, encoding="utf-8")
-    # the words of a checked output are in the notebook's language; its numbers must not move
-    (tmp_path / "numbers.cfg").write_text("[words]\nregex: [^0-9\\n]+\nreplace: _\n", encoding="utf-8")
     # `-p trainperf` loads first and spares this pytest nbformat's slow optional import
     # (see src/trainperf/__init__.py): 2-4 s a chapter.
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env",
-         "--nbval-sanitize-with", "numbers.cfg", "-p", "trainperf", "-p", "no:cacheprovider", str(target)],
+         "-p", "trainperf", "-p", "no:cacheprovider", str(target)],
         cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:]
     # what the learner read while it ran: English prose left in the Chinese edition
@@ -82,6 +84,19 @@ def test_nbval_lax_on_the_chinese_edition(chapter, executed_dir, tmp_path):
     assert len(english) <= ENGLISH_LINES_LEFT[chapter], (
         f"{len(english)} output lines of the Chinese edition are English prose (at most "
         f"{ENGLISH_LINES_LEFT[chapter]} are left to translate):\n" + "\n".join(english))
+
+
+def _shown_in_chinese(printed: str) -> str:
+    """Printed text as a Chinese notebook shows it: each line through the helpers' translation
+    (a check's "✓ label" line has its label translated, as the check prints it)."""
+    from helpers import i18n as shown
+
+    def line(text: str) -> str:
+        if text.startswith("✓ "):
+            return "✓ " + shown.text_in("zh", text[2:])
+        return shown.text_in("zh", text)
+
+    return "\n".join(line(part) for part in printed.split("\n"))
 
 
 # nbval keeps each cell's outputs on its test item: this conftest, beside the notebook it runs,
@@ -98,11 +113,17 @@ def pytest_runtest_teardown(item):
 # prints for a shell, Python source it shows, and PyTorch's own tables and messages.
 NOT_OURS = re.compile(r"^\s*(exec\s+)?(nsys|python|torchrun|srun|pip|git)\s"
                       r"|^\s*(def |return |if |for |\"\"\")|\"\"\"\s*$"
-                      r"|Self CPU|size mismatch at index|Failed to trace|Unsupported Tensor")
-# Lines of English prose (i18n.english_prose) still in each Chinese notebook's run-time output:
-# helper printouts, report tables and notebook prints not yet translated (issue 24). The test
-# fails when a chapter shows more; lower a number whenever a chapter's output is translated.
-ENGLISH_LINES_LEFT = {chapter: 10_000 for chapter in CHAPTERS}
+                      r"|Self CPU|size mismatch at index|Failed to trace|Unsupported Tensor"
+                      r"|runs per measurement|Interquartile range|environmental influence")
+# Lines of English prose (i18n.english_prose) a learner still reads in each Chinese notebook's
+# run-time output, measured on this CPU (2026-12-03): the corpus and other data the course
+# shows as they are (ch 9's book, ch 1's operator lists, ch 3's column names), PyTorch's own
+# messages quoted inside ours, and a few rows of names. The test fails when a chapter shows
+# more; lower a number whenever one of them is translated or shown differently. The margin of
+# two covers lines that only a busy machine prints (a warning, a check note).
+ENGLISH_LINES_LEFT = {chapter: count + 2 for chapter, count in {
+    "01_roofline": 3, "02_mfu": 1, "03_nvtx_nsys": 7, "04_timeline": 0, "05_memory": 6,
+    "06_checkpointing": 5, "07_compile": 3, "08_mixed_precision": 5, "09_capstone": 6}.items()}
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

@@ -147,12 +147,15 @@ MESSAGES: dict[str, str] = {
     "{experiment} — grey: reverted": "{experiment} — 灰色：已回退",
     "MiB (CUDA peak allocated)": "MiB（CUDA 峰值已分配）",
     "MiB (saved for backward)": "MiB（为反向传播保存）",
+    # helpers.report (the comparison table's header)
+    "change": "改动",
+    "step time ms median [min–max]": "step 时间 ms 中位数 [最小–最大]",
+    "memory MiB": "内存 MiB",
+    "loss": "损失",
+    "vs baseline": "相比基线",
+    "faster": "交错比较结论",
+    "bottleneck": "瓶颈",
+    "decision": "决定",
+    "notes": "备注",
 }
 
-
-#: Lines the helpers print (tables, reports, summaries), as templates: the English line with
-#: each part that varies written {0}, {1}, ... in order; :func:`helpers.i18n.text` matches a
-#: whole printed line to one and fills the Chinese in. In a notebook whose language is
-#: Chinese, every line printed to the output goes through it (``helpers.i18n.translate_output``).
-LINES: dict[str, str] = {
-}

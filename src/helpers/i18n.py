@@ -76,10 +76,14 @@ def _table(lang: str) -> dict[str, str]:
     except (OSError, ValueError):
         pass  # no catalogue shipped: the notebooks' strings stay in English
     if lang == "zh":
-        from ._i18n_zh import LINES, MESSAGES
+        from ._i18n_zh import MESSAGES
 
         table.update(MESSAGES)
-        table.update(LINES)
+    try:  # templates of the lines the helpers print (see data/lines_<lang>.json)
+        data = resources.files("helpers") / "data" / f"lines_{lang}.json"
+        table.update(json.loads(data.read_text(encoding="utf-8")).get("lines", {}))
+    except (OSError, ValueError):
+        pass
     return table
 
 

@@ -35,6 +35,13 @@ RECORDED = {  # name -> file in helpers/data (see capstone_recorded_README.md)
 }
 
 
+def column_names() -> list[str]:
+    """The table's header (:data:`COLUMNS`) in the current language."""
+    return [tr("step"), tr("change"), tr("step time ms median [min–max]"),
+            "samples/s", "tokens/s", tr("memory MiB"), tr("loss"), "MFU", "HFU", tr("vs baseline"),
+            tr("faster"), tr("bottleneck"), tr("decision"), tr("notes")]
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1%}"
 
@@ -50,7 +57,7 @@ def _notes(row: dict[str, Any]) -> str:
     if row.get("decision") == "revert" and abs(row.get("loss_change", 0)) > row.get("loss_tolerance", 1e9):
         notes.append("loss outside tolerance")
     notes += [f"check: {f}" for f in row.get("flags", [])]
-    return "; ".join(notes)
+    return "; ".join(text(note) for note in notes)
 
 
 def table_row(row: dict[str, Any]) -> list[str]:
@@ -59,7 +66,7 @@ def table_row(row: dict[str, Any]) -> list[str]:
     vs = row.get("vs_baseline") or {}
     delta = vs.get("step_time_delta_ms")
     return [
-        row["name"], row["change"],
+        row["name"], text(row["change"]),
         f"{row['step_time_ms']:.2f} [{row['step_time_min_ms']:.2f}–{row['step_time_max_ms']:.2f}]",
         f"{row['samples_per_s']:,.1f}", f"{row['tokens_per_s']:,.0f}",
         f"{row['memory_mb']:.2f} ({mem_kind})", f"{row['loss']:.4f}",
@@ -143,7 +150,7 @@ class Report:
 
     def table(self) -> list[list[str]]:
         """The comparison table: the header, then one list of cell strings per row."""
-        return [list(COLUMNS)] + [table_row(r) for r in self.rows]
+        return [column_names()] + [table_row(r) for r in self.rows]
 
     def to_markdown(self) -> str:
         hw, cfg = self.hardware, self.config
@@ -176,7 +183,8 @@ class Report:
             lines.append("- checked against the rows: "
                          + ("; ".join(problems) if problems else "every field agrees"))
         lines += ["", "## Next action", ""] + [f"- {a}" for a in self.next_action]
-        return "\n".join(lines) + "\n"
+        # in the notebook's language, line by line (the table's rows are numbers and names)
+        return "\n".join(text(line) for line in "\n".join(lines).split("\n")) + "\n"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=False, default=str) + "\n"
