@@ -291,6 +291,8 @@ def test_the_glossary_fixes_each_term_and_nothing_uses_a_rejected_variant():
     hits = [hit for message in [*MESSAGES.values(), *lines.values()]
             for hit in course_i18n.glossary_hits(terms, "zh", message)]
     assert hits == []  # the helpers' own messages and printed lines follow it too
+    readme = (ROOT / "README.zh.md").read_text(encoding="utf-8")
+    assert course_i18n.glossary_hits(terms, "zh", readme) == []
     # 数量级 (order of magnitude) is not 量级 (a value's magnitude); 运算单元 is not a notebook cell
     assert course_i18n.glossary_hits(terms, "zh", "相差两个数量级；芯片的运算单元") == []
 
