@@ -156,8 +156,8 @@ def test_quiet_keeps_dynamo_warnings_off_stderr(capfd):
     ([8, 16, 32, 64], "auto", 2),  # exact graph, then one symbolic graph
     ([8, 16, 32, 64], "dynamic", 1),
     ([8, 16, 32, 64], "mark_dynamic", 1),
-    ([8, 1, 16], "dynamic", 2),  # size 1 is always specialised
-    ([8, 1, 16], "auto", 3),  # 8 exact, 1 specialised, 16 symbolic
+    ([8, 1, 16], "dynamic", 2),  # size 1 is always specialized
+    ([8, 1, 16], "auto", 3),  # 8 exact, 1 specialized, 16 symbolic
     ([0, 5, 6], "auto", 2),
     ([4, 8, 4, 8], "static", 2),  # a shape seen before reuses its graph
 ])
@@ -171,7 +171,7 @@ def test_recompiles_give_dynamo_reasons():
     assert events[0].reasons == [] and "size mismatch" in events[1].reasons[0]
     assert "expected 8, actual 16" in str(events[1]) and "reused" in str(events[2])
     dyn = compiling.recompiles(compiling.shape_probe, [(torch.zeros(s, 4),) for s in (8, 1)], "dynamic")
-    assert dyn[1].compiled and "specialised" in str(dyn[1])
+    assert dyn[1].compiled and "specialized" in str(dyn[1])
 
 
 def test_recompile_arguments_are_checked():

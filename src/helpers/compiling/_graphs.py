@@ -192,7 +192,7 @@ class CompileEvent:
             return f"({shapes}): COMPILED (first call)"
         reason = self.reasons[0].split("  #")[0]  # dynamo appends the user line and advice after "  #"
         if "0/1 specialization" in self.reasons[0]:
-            reason += " [sizes 0 and 1 are always specialised]"
+            reason += " [sizes 0 and 1 are always specialized]"
         return f"({shapes}): COMPILED — guard failed: {reason}"
 
 
