@@ -50,7 +50,7 @@ MESSAGES: dict[str, str] = {
         "'within noise'（在噪声范围内）。想得到更干净的数字，请停掉其他程序，或者用 torch.set_num_threads "
         "把线程数设为空闲的核心数。",
     # helpers.roofline
-    "ridge {ridge:.0f} FLOP/B": "脊点 {ridge:.0f} FLOP/B",
+    "ridge {ridge:.0f} FLOP/B": "拐点 {ridge:.0f} FLOP/B",
     "arithmetic intensity (FLOP/byte)": "算术强度（FLOP/字节）",
     "attainable TFLOP/s": "可达 TFLOP/s",
     "compute-bound": "计算受限",
@@ -81,7 +81,7 @@ MESSAGES: dict[str, str] = {
     "other": "其他",
     "step": "步",
     "time from the first profiled step (ms); steps are the outlined bands on top":
-        "距第一个被采集步的时间（ms）；顶部描边的条带是各个步",
+        "距第一个 profiled step 开始的时间（ms）；顶部带边框的条带是各个步",
     "timeline": "时间线",
     "time (units of one forward)": "时间（以一次前向为单位）",
     "{schedule}: {stages} stages × {microbatches} microbatches, bubble {bubble:.0%}":
@@ -119,15 +119,15 @@ MESSAGES: dict[str, str] = {
     "DP ranks": "DP rank 数",
     "peak per GPU {total:,.2f} GB, {moment} ({parts} GB) on {device} ({capacity:g} GB, datasheet): "
     "{verdict}":
-        "每个 GPU 的峰值 {total:,.2f} GB，出现在{moment}（{parts} GB），"
-        "{device}（{capacity:g} GB，数据手册）：{verdict}",
+        "{device}（{capacity:g} GB，数据手册）上每个 GPU 的峰值为 {total:,.2f} GB，"
+        "出现在{moment}（{parts} GB）：{verdict}",
     "when the backward pass starts": "反向传播开始时",
     "in the optimizer step": "优化器 step 中",
     "temporaries": "临时张量",
     "overhead (assumed)": "额外开销（假设值）",
     "overhead GB": "额外开销 GB",
     # helpers.precision
-    "magnitude": "幅值",
+    "magnitude": "绝对值",
     "delayed scaling: x = the step overflowed": "延迟缩放：x = 该步溢出",
     "block of 32 values": "块序号（每块 32 个值）",
     "mean relative error": "平均相对误差",
@@ -142,10 +142,10 @@ MESSAGES: dict[str, str] = {
     "{key} roof (datasheet)": "{key} 屋顶（数据手册）",
     "{key} roof (measured)": "{key} 屋顶（实测）",
     # helpers.report
-    "step time, ms (median, min–max)": "步时间，ms（中位数，最小–最大）",
+    "step time, ms (median, min–max)": "step 时间，ms（中位数，最小–最大）",
     "% of the precision's peak": "占该精度峰值的 %",
     "{experiment} — grey: reverted": "{experiment} — 灰色：已回退",
-    "MiB (CUDA peak allocated)": "MiB（CUDA 峰值已分配）",
+    "MiB (CUDA peak allocated)": "MiB（CUDA 已分配显存的峰值）",
     "MiB (saved for backward)": "MiB（为反向传播保存）",
     # helpers.report (the comparison table's header)
     "change": "改动",
