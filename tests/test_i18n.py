@@ -386,3 +386,33 @@ def test_printed_line_templates_fill_the_same_fields():
     line = "ZeRO stage 1:   31.4 GB per GPU  ( 4.19 bytes per parameter of the model)"
     assert "31.4 GB" in i18n.text_in("zh", line) and "ZeRO" in i18n.text_in("zh", line)
     assert i18n.text_in("zh", line) != line
+
+
+def test_every_visible_check_label_and_hint_has_its_chinese():
+    """The labels and hints a learner reads under a test cell (constants, or f-strings keyed by
+    their template) are in the catalogues; labels that are only code need none."""
+    import ast
+
+    from trainperf import i18n as course_i18n
+    from trainperf.course import chapter_notebook
+    from trainperf.grading.hidden import split_hidden
+
+    table = json.loads((ROOT / "src/helpers/data/strings_zh.json").read_text(encoding="utf-8"))["strings"]
+    kept = course_i18n.kept_terms(ROOT, "zh")
+    missing = []
+    for chapter in sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir()):
+        notebook = json.loads(chapter_notebook(ROOT, chapter).read_text(encoding="utf-8"))
+        for cell in notebook["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            visible = split_hidden("".join(cell["source"]))[0]
+            for node in ast.walk(ast.parse(visible)):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and getattr(node.func.value, "id", None) == "checks"):
+                    continue
+                for arg in [*node.args[2:3], *(k.value for k in node.keywords if k.arg == "hint")]:
+                    key = (arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                           else course_i18n.fstring_template(arg) if isinstance(arg, ast.JoinedStr) else None)
+                    if key and key not in table and course_i18n.english_prose(key, kept, words=2):
+                        missing.append(f"{chapter}: {key}")
+    assert missing == []
