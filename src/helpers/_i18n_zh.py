@@ -147,15 +147,5 @@ MESSAGES: dict[str, str] = {
     "{experiment} — grey: reverted": "{experiment} — 灰色：已回退",
     "MiB (CUDA peak allocated)": "MiB（CUDA 已分配显存的峰值）",
     "MiB (saved for backward)": "MiB（为反向传播保存）",
-    # helpers.report (the comparison table's header)
-    "change": "改动",
-    "step time ms median [min–max]": "step 时间 ms 中位数 [最小–最大]",
-    "memory MiB": "内存 MiB",
-    "loss": "损失",
-    "vs baseline": "相比基线",
-    "faster": "交错比较结论",
-    "bottleneck": "瓶颈",
-    "decision": "决定",
-    "notes": "备注",
 }
 

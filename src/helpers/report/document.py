@@ -37,9 +37,7 @@ RECORDED = {  # name -> file in helpers/data (see capstone_recorded_README.md)
 
 def column_names() -> list[str]:
     """The table's header (:data:`COLUMNS`) in the current language."""
-    return [tr("step"), tr("change"), tr("step time ms median [min–max]"),
-            "samples/s", "tokens/s", tr("memory MiB"), tr("loss"), "MFU", "HFU", tr("vs baseline"),
-            tr("faster"), tr("bottleneck"), tr("decision"), tr("notes")]
+    return [text(column) for column in COLUMNS]
 
 
 def _pct(x: float | None) -> str:
@@ -214,9 +212,9 @@ def _plain(value: Any) -> str:
 def _hot_spots(rows: list[dict[str, Any]]) -> list[str]:
     """The top operators (CPU) or kernels (GPU) of the baseline and the tuned configuration, and
     the share of the step the GPU sat idle (no such share on a CPU)."""
-    kept = [r for r in rows if r.get("decision") in ("baseline", "keep")]
+    tuned = rules.kept_row(rows)
     out = []
-    for label, row in [("baseline", rows[0])] + ([("tuned", kept[-1])] if len(kept) > 1 else []):
+    for label, row in [("baseline", rows[0])] + ([("tuned", tuned)] if tuned is not rows[0] else []):
         ops = row.get("top_ops")
         if not ops:
             out.append(f"- {label} ({row['name']}): top operators not in this recording "
@@ -255,7 +253,7 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
 
 def next_actions(rows: list[dict[str, Any]]) -> list[str]:
     """The next round: the fix for the tuned configuration's bottleneck, then reruns."""
-    kept = [r for r in rows if r.get("decision") in ("baseline", "keep")][-1]
+    kept = rules.kept_row(rows)
     untried = rules.next_actions_for(rows)
     first = (f"tuned is {kept['bottleneck']}: next, try {' or '.join(untried)}" if untried else
              f"tuned is {kept['bottleneck']}: the capstone's usual fixes for it were all tried; look beyond "

@@ -292,7 +292,7 @@ def check_findings(rows: list[Mapping[str, Any]], stated: Mapping[str, Any], rto
     """What is wrong with findings someone wrote about a report (empty: every field agrees with
     the rows). The bottleneck must be the kept configuration's, the evidence its time in that
     part of the step, the next action one of :func:`next_actions_for` (or ``None`` when none is
-    left) and the expected gain at most what that action can save."""
+    left) and the expected gain what that action can save at most (:func:`room_ms`)."""
     want = report_findings(rows)
     fields = ("bottleneck", "evidence_ms", "next_action", "expected_gain_ms")
     missing = [f for f in fields if f not in stated]
