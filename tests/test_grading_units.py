@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import shutil
 
@@ -362,3 +363,16 @@ def test_grade_takes_the_chapters_found_in_the_submissions(asked, graded, monkey
     assert code == 2 and captured.err.strip() == f"trainperf: would grade {','.join(want)}"
     if not asked:
         assert "found in the submissions: 01_roofline, 05_memory (--chapters all" in captured.out
+
+
+def test_records_sent_as_text_keep_infinity():
+    """A record crosses the kernel's message channel as JSON text: ``math.inf`` stays a float
+    (Jupyter's packer would make it "inf" or null, which a learner's string or None matches)."""
+    cell = CellRecords()
+    cell.add(json.dumps({"what": "x", "value": math.inf}, allow_nan=True))
+    cell.add("{not json")
+    got = cell.items[0]["value"]
+    assert isinstance(got, float) and math.isinf(got)
+    assert "error" in cell.items[1]
+    assert not _records.compare("equal", "inf", got) and not _records.compare("equal", None, got)
+    assert _records.compare("equal", math.inf, got)

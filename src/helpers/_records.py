@@ -168,6 +168,8 @@ def emit(record: dict[str, Any]) -> None:
     try:
         from IPython.display import display
 
-        display({RECORD_MIME: json.loads(text)}, raw=True)
+        # sent as JSON *text*: Jupyter's message packer turns a non-finite float into "inf" or
+        # null depending on the code path, which would make ``math.inf`` equal a string or None
+        display({RECORD_MIME: text}, raw=True)
     except ImportError:  # not in a kernel: nobody collects display data, so print it
         print(text)

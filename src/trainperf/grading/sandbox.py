@@ -53,6 +53,11 @@ class CellRecords:
         if len(text) > MAX_RECORD_BYTES + 1024:
             data = {"error": f"a record of {len(text):,} bytes is over the {MAX_RECORD_BYTES:,}-byte cap"}
             text = json.dumps(data)
+        elif isinstance(data, str):  # helpers._records.emit sends JSON text: inf and nan survive
+            try:
+                data = json.loads(text)
+            except (ValueError, RecursionError):
+                data = {"error": "a record that is not valid JSON"}
         if len(self.items) >= MAX_RECORDS_PER_CELL or self.size + len(text) > MAX_RECORD_BYTES_PER_CELL:
             self.overflow = (f"the cell sent more than {MAX_RECORDS_PER_CELL:,} records or "
                              f"{MAX_RECORD_BYTES_PER_CELL // 2**20} MiB of them")
