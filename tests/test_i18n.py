@@ -388,6 +388,41 @@ def test_printed_line_templates_fill_the_same_fields():
     assert i18n.text_in("zh", line) != line
 
 
+def test_a_label_inside_a_printed_line_is_translated_too():
+    """A phrase the catalogues know, inside a templated line, is shown in Chinese (a
+    comparison's labels, an operator's description, an f-string label); a single word, which
+    may be code ("full", "none"), and a number are kept as they were printed."""
+    line = ("no difference between sum on device and .item() every step beyond the noise: speed-up "
+            "1.01x (95 % interval 0.99x to 1.03x) from 18 interleaved pairs; .item() every step "
+            "12.3 ms, sum on device 12.2 ms per call (medians), 1 CPU thread on cpu.")
+    shown = i18n.text_in("zh", line)
+    assert "在设备上求和 与 每步调用 .item()" in shown  # labels as whole fields
+    assert "每步调用 .item() 12.3 ms" in shown  # a label followed by its value
+    assert "sum on device" not in shown and "every step" not in shown
+    ops = i18n.text_in("zh", "softmax (max, subtract, exp, sum, divide)     :  1.25 FLOP/B "
+                             "(0.42% of the H100 bf16 ridge)")
+    assert ops.startswith("softmax（取最大值、相减、exp、求和、相除）     ：") and "1.25 FLOP/B" in ops
+    nested = i18n.text_in("zh", "max of 16, margin 3: 0 overflowing steps [], mean rel. error 0.0227, "
+                                "0.12% of values subnormal or zero")
+    assert nested.startswith("history 16 取 max，margin 3：")
+    plans = "t = 8, sequence parallel True : none    342 MiB   selective    102 MiB   full      6 MiB"
+    assert i18n.text_in("zh", plans).endswith("none    342 MiB   selective    102 MiB   full      6 MiB")
+
+
+def test_prose_detection_leaves_code_and_identifiers_alone():
+    from trainperf import i18n as course_i18n
+
+    assert course_i18n.english_prose("the measured peak's runs spread") == "the measured peak's"
+    assert course_i18n.english_prose("3 graph(s) were captured") == "graphs were captured"
+    plan_line = "every：各 block ['full', 'none', 'full', 'none']，loss 相同：True"
+    assert course_i18n.english_prose(plan_line) is None
+    outputs = [{"output_type": "display_data",
+                "data": {"text/markdown": "Source:\n```python\ndef f(x):\n    # a comment in words\n```"}}]
+    assert course_i18n.shown_lines(outputs) == ["Source:"]
+    printed = [{"output_type": "stream", "name": "stdout", "text": "```\nkept as printed\n"}]
+    assert course_i18n.shown_lines(printed) == ["```", "kept as printed"]
+
+
 def test_every_visible_check_label_and_hint_has_its_chinese():
     """The labels and hints a learner reads under a test cell (constants, or f-strings keyed by
     their template) are in the catalogues; labels that are only code need none."""

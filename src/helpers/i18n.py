@@ -121,17 +121,43 @@ def text_in(lang: str, value: Any) -> Any:
     formatted and put where the translation places them."""
     if not isinstance(value, str) or not value or lang not in LANGUAGES[1:]:
         return value
+    return _translated(lang, value, fields=True)
+
+
+def _translated(lang: str, value: str, fields: bool) -> str:
     found = _table(lang).get(value)
     if found is not None:
         return found
     for pattern, translated in _templates(lang):
         match = pattern.match(value)
         if match:
+            groups = match.groups()
+            if fields:  # a label inside a line is translated too (one level deep)
+                groups = tuple(_field_in(lang, g) for g in groups)
             try:
-                return translated.format(*match.groups())
+                return translated.format(*groups)
             except (IndexError, KeyError, ValueError):
                 return value
     return value
+
+
+def _field_in(lang: str, field: str) -> str:
+    """One field of a templated line: a phrase the catalogues translate (a label such as "sum
+    on device", an operator's description, an f-string label) in ``lang``, its padding kept;
+    anything else (numbers, identifiers, single words that may be code) as it was formatted."""
+    core = field.strip()
+    if " " not in core:
+        return field
+    start = field.index(core)
+    found = _translated(lang, core, fields=False)
+    if found == core:  # a label followed by its value ("sum on device 12.2"): the longest
+        words = core.split(" ")  # leading phrase the catalogues know, the rest kept
+        for n in range(len(words) - 1, 1, -1):
+            head = " ".join(words[:n])
+            if head in _table(lang):
+                found = _table(lang)[head] + " " + " ".join(words[n:])
+                break
+    return field[:start] + found + field[start + len(core):]
 
 
 FIELD = re.compile(r"\{(\d+)\}")

@@ -271,7 +271,7 @@ def glossary_problems(terms: list[dict[str, Any]], lang: str, catalogue: dict[st
 
 _WORD = re.compile(r"[A-Za-z][a-z]+(?:'[a-z]+)?")
 # code spans, identifiers, paths, numbers with units, options: not prose
-_NOT_PROSE = re.compile(r"`[^`]*`|\S*[_./\\()\[\]=<>#@:%\d|{}]\S*")
+_NOT_PROSE = re.compile(r"`[^`]*`|'[^'\s]+'|\S*[_./\\()\[\]=<>#@:%\d|{}]\S*")  # 'name': a str's repr
 
 
 def english_prose(line: str, kept: set[str] | frozenset[str] = frozenset(), words: int = 3) -> str | None:
@@ -280,7 +280,7 @@ def english_prose(line: str, kept: set[str] | frozenset[str] = frozenset(), word
     (``kept``, lower case) do not count: "MFU 12.7%, HFU 12.8%" is not prose, "the measured
     peak's runs spread" is."""
     run: list[str] = []
-    for token in _NOT_PROSE.sub(" ", line).split():
+    for token in _NOT_PROSE.sub(" ", line.replace("(s)", "s")).split():  # "graph(s)" is a word
         word = token.strip(",;:!?\"'()–—-")
         if _WORD.fullmatch(word) and word.lower() not in kept:
             run.append(word)
@@ -301,19 +301,35 @@ def kept_terms(root: Path, lang: str) -> frozenset[str]:
 
 def shown_lines(outputs: list[dict[str, Any]]) -> list[str]:
     """The lines a learner reads in a cell's outputs: streams, text / Markdown results and
-    errors (images and widget state are not text)."""
+    errors (images and widget state are not text). Code a Markdown result shows in ```
+    fences (Python source, a command) is code, not prose, and is left out."""
     lines = []
     for out in outputs:
+        markdown = False
         if out.get("output_type") == "error":
             texts = [f"{out.get('ename', '')}: {out.get('evalue', '')}"]
         elif "text" in out:
             texts = [out["text"]]
         else:
             data = out.get("data", {})
+            markdown = bool(data.get("text/markdown"))
             texts = [data.get("text/markdown") or data.get("text/plain") or ""]
         for text in texts:
-            lines += ("".join(text) if isinstance(text, list) else str(text)).splitlines()
+            text_lines = ("".join(text) if isinstance(text, list) else str(text)).splitlines()
+            lines += _outside_code_blocks(text_lines) if markdown else text_lines
     return lines
+
+
+def _outside_code_blocks(lines: list[str]) -> list[str]:
+    """The lines of a Markdown result outside its ``` fences: code a notebook shows as code
+    (Python source, a command) is not prose to translate."""
+    out, in_code = [], False
+    for line in lines:
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not in_code:
+            out.append(line)
+    return out
 
 
 #: What an exercise's stub raises in a student notebook (grader/nbgrader_config.py), per language.
