@@ -125,6 +125,8 @@ def text_in(lang: str, value: Any) -> Any:
 
 
 def _translated(lang: str, value: str, fields: bool) -> str:
+    """``value`` in ``lang``: its exact entry, else its template's with the fields filled in
+    (each field translated too when ``fields``), else unchanged."""
     found = _table(lang).get(value)
     if found is not None:
         return found
@@ -151,11 +153,11 @@ def _field_in(lang: str, field: str) -> str:
     start = field.index(core)
     found = _translated(lang, core, fields=False)
     if found == core:  # a label followed by its value ("sum on device 12.2"): the longest
-        words = core.split(" ")  # leading phrase the catalogues know, the rest kept
+        table, words = _table(lang), core.split(" ")  # leading phrase known, the rest kept
         for n in range(len(words) - 1, 1, -1):
             head = " ".join(words[:n])
-            if head in _table(lang):
-                found = _table(lang)[head] + " " + " ".join(words[n:])
+            if head in table:
+                found = table[head] + " " + " ".join(words[n:])
                 break
     return field[:start] + found + field[start + len(core):]
 
