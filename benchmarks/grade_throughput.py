@@ -47,8 +47,14 @@ def _papermill(notebook: Path, workdir: Path) -> float:
     import papermill
 
     start = time.perf_counter()
-    papermill.execute_notebook(str(notebook), str(workdir / "out.ipynb"), cwd=str(workdir),
-                               kernel_name="python3", progress_bar=False, log_output=False)
+    papermill.execute_notebook(
+        str(notebook),
+        str(workdir / "out.ipynb"),
+        cwd=str(workdir),
+        kernel_name="python3",
+        progress_bar=False,
+        log_output=False,
+    )
     return time.perf_counter() - start
 
 
@@ -87,25 +93,62 @@ def shards_benchmark(root: Path, chapter: str, n: int, shards: int, jobs: int, s
         _class(root, chapter, base / "submissions", n)
         _class(root, chapter, base / "warm-submissions", 1)
         grading = ("--chapters", chapter)
-        warm = _trainperf(root, "grade", base / "warm-submissions", *grading, "--out", base / "warm.csv",
-                          log=base / "warm.log")
+        warm = _trainperf(
+            root,
+            "grade",
+            base / "warm-submissions",
+            *grading,
+            "--out",
+            base / "warm.csv",
+            log=base / "warm.log",
+        )
         _finish(warm, base / "warm.log")  # nbgrader release + reference run, cached from here on
         start = time.perf_counter()
-        single = _trainperf(root, "grade", base / "submissions", *grading, "--jobs", jobs,
-                            "--out", base / "single" / "grades.csv", log=base / "single.log")
+        single = _trainperf(
+            root,
+            "grade",
+            base / "submissions",
+            *grading,
+            "--jobs",
+            jobs,
+            "--out",
+            base / "single" / "grades.csv",
+            log=base / "single.log",
+        )
         _finish(single, base / "single.log")
         single_s = time.perf_counter() - start
         start = time.perf_counter()
-        running = [(_trainperf(root, "grade", base / "submissions", *grading, "--jobs", shard_jobs,
-                               "--shard", f"{i}/{shards}", "--out", base / "parts" / f"part-{i}.csv",
-                               log=base / f"part-{i}.log"), base / f"part-{i}.log")
-                   for i in range(1, shards + 1)]
+        running = [
+            (
+                _trainperf(
+                    root,
+                    "grade",
+                    base / "submissions",
+                    *grading,
+                    "--jobs",
+                    shard_jobs,
+                    "--shard",
+                    f"{i}/{shards}",
+                    "--out",
+                    base / "parts" / f"part-{i}.csv",
+                    log=base / f"part-{i}.log",
+                ),
+                base / f"part-{i}.log",
+            )
+            for i in range(1, shards + 1)
+        ]
         for process, log in running:
             _finish(process, log)
         sharded_s = time.perf_counter() - start
         start = time.perf_counter()
-        merge = _trainperf(root, "merge", *(base / "parts" / f"part-{i}.csv" for i in range(1, shards + 1)),
-                           "--out", base / "merged.csv", log=base / "merge.log")
+        merge = _trainperf(
+            root,
+            "merge",
+            *(base / "parts" / f"part-{i}.csv" for i in range(1, shards + 1)),
+            "--out",
+            base / "merged.csv",
+            log=base / "merge.log",
+        )
         _finish(merge, base / "merge.log")
         merge_s = time.perf_counter() - start
         identical = (base / "merged.csv").read_bytes() == (base / "single" / "grades.csv").read_bytes()
@@ -113,8 +156,10 @@ def shards_benchmark(root: Path, chapter: str, n: int, shards: int, jobs: int, s
     print(f"\n{chapter}, {n} submissions, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
     print(f"  kernels: {started.group(1) if started else 'isolation unknown'}")
     print(f"  1 shard,  --jobs {jobs}:              {single_s:7.1f} s  ({single_s / n:.2f} s per notebook)")
-    print(f"  {shards} shards, --jobs {shard_jobs} each, at once: {sharded_s:7.1f} s  "
-          f"({sharded_s / n:.2f} s per notebook; {single_s / sharded_s:.2f}x the 1-shard throughput)")
+    print(
+        f"  {shards} shards, --jobs {shard_jobs} each, at once: {sharded_s:7.1f} s  "
+        f"({sharded_s / n:.2f} s per notebook; {single_s / sharded_s:.2f}x the 1-shard throughput)"
+    )
     print(f"  merge of {shards} parts:                {merge_s:7.2f} s")
     print(f"  merged CSV identical to the 1-shard CSV: {'yes' if identical else 'NO'}")
     if not identical:
@@ -135,8 +180,14 @@ def main() -> None:
         if args.shards < 2 or too_few or min(args.jobs, args.shard_jobs) < 1:
             parser.error("--shards must be at least 2, --students, --jobs and --shard-jobs at least 1")
         root = find_root()
-        shards_benchmark(root, chapters(root, [args.chapter])[0], args.students or 40, args.shards,
-                         args.jobs, args.shard_jobs)
+        shards_benchmark(
+            root,
+            chapters(root, [args.chapter])[0],
+            args.students or 40,
+            args.shards,
+            args.jobs,
+            args.shard_jobs,
+        )
         return
     args.students = args.students or 10
     if args.students < 1 or args.jobs < 2:
@@ -146,8 +197,9 @@ def main() -> None:
     root = find_root()
     chapter = chapters(root, [args.chapter])[0]
     name = chapter_notebook(root, chapter).name
-    honest = with_answers(root / "notebooks" / chapter / name,
-                          solution_answers(chapter_notebook(root, chapter)))
+    honest = with_answers(
+        root / "notebooks" / chapter / name, solution_answers(chapter_notebook(root, chapter))
+    )
     n = args.students
     with tempfile.TemporaryDirectory(prefix="trainperf-bench-") as tmp:
         base = Path(tmp)
@@ -167,8 +219,15 @@ def main() -> None:
         timings = {}
         for jobs in (1, args.jobs):
             start = time.perf_counter()
-            rows = grade(root, subs, base / f"grades-{jobs}.csv", [chapter], jobs=jobs,
-                         workdir=base / f"scratch-{jobs}", fresh=True)
+            rows = grade(
+                root,
+                subs,
+                base / f"grades-{jobs}.csv",
+                [chapter],
+                jobs=jobs,
+                workdir=base / f"scratch-{jobs}",
+                fresh=True,
+            )
             timings[jobs] = time.perf_counter() - start
             assert all(r.score == r.max_score for r in rows), "an honest submission lost points"
         stock = None
@@ -176,22 +235,24 @@ def main() -> None:
             from trainperf.grading.stock import autograde
 
             start = time.perf_counter()
-            scores = autograde(root, chapter, {f"student{i:03d}": honest for i in range(n)},
-                               base / "stock")
+            scores = autograde(root, chapter, {f"student{i:03d}": honest for i in range(n)}, base / "stock")
             stock = time.perf_counter() - start
             assert all(sum(s.values()) > 0 for s in scores.values())
     pm = sum(papermill_s) / n
     print(f"\n{chapter}, {n} honest submissions, load average {os.getloadavg()[0]:.2f}:")
     print(f"  course preparation (once, then cached): {prep:.1f} s")
-    print(f"  papermill:          {pm:6.2f} s per notebook (median {statistics.median(papermill_s):.2f}, "
-          f"range {min(papermill_s):.2f}-{max(papermill_s):.2f})")
+    print(
+        f"  papermill:          {pm:6.2f} s per notebook (median {statistics.median(papermill_s):.2f}, "
+        f"range {min(papermill_s):.2f}-{max(papermill_s):.2f})"
+    )
     for jobs, seconds in timings.items():
         print(f"  trainperf grade -j{jobs}: {seconds / n:6.2f} s per submission ({seconds:.1f} s in all)")
     if stock is not None:
         print(f"  stock nbgrader autograde: {stock / n:6.2f} s per submission ({stock:.1f} s in all)")
     print(f"  grading cost over papermill (jobs=1): {timings[1] / n / pm:.2f}x  (goal <= 1.3x)")
-    print(f"  throughput jobs={args.jobs} over jobs=1: {timings[1] / timings[args.jobs]:.2f}x  "
-          "(goal >= 1.7x)")
+    print(
+        f"  throughput jobs={args.jobs} over jobs=1: {timings[1] / timings[args.jobs]:.2f}x  (goal >= 1.7x)"
+    )
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ does in one line, and is skipped when what it makes is already there:
    already has torch, so a preinstalled torch, as in Colab, is kept);
 2. torch: kept when installed; otherwise pip installs it, from PyTorch's CPU wheel index when
    no NVIDIA GPU answers ``nvidia-smi`` (PyPI's default torch is the multi-gigabyte CUDA build);
-3. the course, ``pip install -e ".[course]"``, unless every requirement is already met by an
+3. the course, ``pip install -e ".[course]"`` (the ``dev`` extra for the tests: the course plus
+   pytest, ruff, mypy and the release tools), unless every requirement is already met by an
    editable install of this checkout;
-4. the job: ``trainperf run ARGS`` (every notebook headless), or ruff and ``pytest ARGS``.
+4. the job: ``trainperf run ARGS`` (every notebook headless), or ``ruff check``, ``ruff format
+   --check``, ``mypy`` (their paths and rules are in pyproject.toml) and ``pytest ARGS``.
 
 Settings (environment variables): ``TRAINPERF_TORCH`` the pip spec for torch (default
 ``torch``), ``TRAINPERF_TORCH_INDEX`` the index it comes from (a URL, or ``default`` for pip's
@@ -33,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 MODES = {"notebooks": "run-notebooks", "tests": "run-tests"}
-LINTED = ["src", "tests", "grader", "scripts"]
+# The extra each mode installs: the notebooks need the course tooling; the tests its dev tools too.
+EXTRAS = {"notebooks": "course", "tests": "dev"}
 OLDEST_PYTHON = (3, 10)
 
 
@@ -48,8 +51,9 @@ class Environment:
     create: list[str] | None = None  # the command that makes it, when it does not exist yet
 
 
-def choose_environment(root: Path, environ: dict[str, str], base_python: str,
-                       base_has_torch: bool) -> Environment:
+def choose_environment(
+    root: Path, environ: dict[str, str], base_python: str, base_has_torch: bool
+) -> Environment:
     """The environment to set up: an active one, else the checkout's ``.venv``."""
     for variable in ("VIRTUAL_ENV", "CONDA_PREFIX"):
         prefix = environ.get(variable)
@@ -124,16 +128,16 @@ for line in wanted:
 """
 
 
-def course_requirements(root: Path) -> list[str]:
-    """The requirements ``pip install -e ".[course]"`` asks for, read from pyproject.toml."""
+def course_requirements(root: Path, extra: str = "course") -> list[str]:
+    """The requirements ``pip install -e ".[EXTRA]"`` asks for, read from pyproject.toml."""
     try:
         import tomllib
     except ImportError:  # Python 3.10: no tomllib, so always install
         return []
     project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     extras = project.get("optional-dependencies", {})
-    wanted, todo, seen = list(project.get("dependencies", [])), ["course"], set()
-    while todo:  # "course" names the project's own other extras: trainperf-course[fast,site]
+    wanted, todo, seen = list(project.get("dependencies", [])), [extra], set()
+    while todo:  # an extra may name the project's own others: trainperf-course[fast,site]
         extra = todo.pop()
         seen.add(extra)
         for line in extras.get(extra, []):
@@ -145,13 +149,14 @@ def course_requirements(root: Path) -> list[str]:
     return wanted
 
 
-def missing_course_parts(python: Path, root: Path) -> list[str]:
-    """What the environment lacks of the course (empty: nothing to install)."""
-    wanted = course_requirements(root)
+def missing_course_parts(python: Path, root: Path, extra: str = "course") -> list[str]:
+    """What the environment lacks of the course and ``extra`` (empty: nothing to install)."""
+    wanted = course_requirements(root, extra)
     if not wanted:
         return ["this Python cannot read pyproject.toml"]
-    probe = subprocess.run([str(python), "-c", _COURSE_PROBE, root.as_uri(), json.dumps(wanted)],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [str(python), "-c", _COURSE_PROBE, root.as_uri(), json.dumps(wanted)], capture_output=True, text=True
+    )
     if probe.returncode != 0:
         return ["the environment's Python could not check the installed course"]
     return probe.stdout.splitlines()
@@ -161,7 +166,12 @@ def job_commands(mode: str, python: Path, args: list[str]) -> list[list[str]]:
     """The commands of the job itself, after the set-up."""
     if mode == "notebooks":
         return [[str(python), "-m", "trainperf.cli", "run", *args]]
-    return [[str(python), "-m", "ruff", "check", *LINTED], [str(python), "-m", "pytest", *args]]
+    return [
+        [str(python), "-m", "ruff", "check"],
+        [str(python), "-m", "ruff", "format", "--check"],
+        [str(python), "-m", "mypy"],
+        [str(python), "-m", "pytest", *args],
+    ]
 
 
 def _say(name: str, text: str) -> None:
@@ -178,18 +188,26 @@ def _step(name: str, what: str, command: list[str], env: dict[str, str], advice:
     _say(name, f"  done in {time.monotonic() - start:.0f} s")
 
 
-def set_up(name: str, environ: dict[str, str]) -> tuple[Path, dict[str, str]]:
-    """Steps 1-3; returns the environment's Python and the variables the job runs with."""
+def set_up(name: str, environ: dict[str, str], extra: str = "course") -> tuple[Path, dict[str, str]]:
+    """Steps 1-3 (the course with ``extra``); returns the environment's Python and the variables
+    the job runs with."""
     if sys.version_info < OLDEST_PYTHON:
-        raise SetupError(f"Python {sys.version_info[0]}.{sys.version_info[1]} is too old; the course "
-                         "needs 3.10 or newer (set PYTHON=/path/to/python3.x and run this again)")
+        raise SetupError(
+            f"Python {sys.version_info[0]}.{sys.version_info[1]} is too old; the course "
+            "needs 3.10 or newer (set PYTHON=/path/to/python3.x and run this again)"
+        )
     env = {**environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
     from importlib.util import find_spec
 
     chosen = choose_environment(ROOT, environ, sys.executable, find_spec("torch") is not None)
     if chosen.create:
-        _step(name, f"making {chosen.why}.", chosen.create, env,
-              "check that this Python has its venv module (Debian: apt install python3-venv)")
+        _step(
+            name,
+            f"making {chosen.why}.",
+            chosen.create,
+            env,
+            "check that this Python has its venv module (Debian: apt install python3-venv)",
+        )
     else:
         _say(name, f"using {chosen.why}")
     bin_dir = str(chosen.python.parent)
@@ -197,8 +215,9 @@ def set_up(name: str, environ: dict[str, str]) -> tuple[Path, dict[str, str]]:
     if "CONDA_PREFIX" not in environ:
         env["VIRTUAL_ENV"] = str(chosen.python.parent.parent)
 
-    torch_version = subprocess.run([str(chosen.python), "-c", _TORCH_PROBE], capture_output=True,
-                                   text=True).stdout.strip()
+    torch_version = subprocess.run(
+        [str(chosen.python), "-c", _TORCH_PROBE], capture_output=True, text=True
+    ).stdout.strip()
     if torch_version:
         _say(name, f"torch {torch_version} is installed: kept")
     else:
@@ -206,16 +225,25 @@ def set_up(name: str, environ: dict[str, str]) -> tuple[Path, dict[str, str]]:
         command = torch_install_command(chosen.python, environ, gpu)
         source = "pip's index" if "--index-url" not in command else command[-1]
         build = "an NVIDIA GPU answered, so the CUDA build" if gpu else "no NVIDIA GPU, so the CPU build"
-        _step(name, f"installing torch ({build}, from {source}).", command, env,
-              "install torch yourself (https://pytorch.org/get-started/locally/) and run this "
-              "again, or set TRAINPERF_TORCH_INDEX to an index that has it")
+        _step(
+            name,
+            f"installing torch ({build}, from {source}).",
+            command,
+            env,
+            "install torch yourself (https://pytorch.org/get-started/locally/) and run this "
+            "again, or set TRAINPERF_TORCH_INDEX to an index that has it",
+        )
 
-    missing = missing_course_parts(chosen.python, ROOT)
+    missing = missing_course_parts(chosen.python, ROOT, extra)
     if missing:
-        _step(name, f"installing the course ({missing[0]}).",
-              [str(chosen.python), "-m", "pip", "install", "-e", f"{ROOT}[course]"], env,
-              "read pip's message above; a slow or blocked PyPI: see the README, 'A slow or "
-              "blocked connection to PyPI'")
+        _step(
+            name,
+            f"installing the course ({missing[0]}).",
+            [str(chosen.python), "-m", "pip", "install", "-e", f"{ROOT}[{extra}]"],
+            env,
+            "read pip's message above; a slow or blocked PyPI: see the README, 'A slow or "
+            "blocked connection to PyPI'",
+        )
     else:
         _say(name, "the course is installed and current: kept")
     return chosen.python, env
@@ -224,19 +252,25 @@ def set_up(name: str, environ: dict[str, str]) -> tuple[Path, dict[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in MODES:
-        print(f"bootstrap: the first argument must be one of {', '.join(MODES)}; use ./run-notebooks "
-              "or ./run-tests", file=sys.stderr)
+        print(
+            f"bootstrap: the first argument must be one of {', '.join(MODES)}; use ./run-notebooks "
+            "or ./run-tests",
+            file=sys.stderr,
+        )
         return 2
     mode, args = argv[0], argv[1:]
     name = MODES[mode]
     try:
-        python, env = set_up(name, dict(os.environ))
+        python, env = set_up(name, dict(os.environ), EXTRAS[mode])
     except SetupError as error:
         print(f"{name}: {error}", file=sys.stderr)
         return 1
     for command in job_commands(mode, python, args):
-        _say(name, "running " + " ".join(Path(command[0]).name if i == 0 else part
-                                         for i, part in enumerate(command)))
+        _say(
+            name,
+            "running "
+            + " ".join(Path(command[0]).name if i == 0 else part for i, part in enumerate(command)),
+        )
         code = subprocess.run(command, cwd=ROOT, env=env).returncode
         if code != 0:
             return code

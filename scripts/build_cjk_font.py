@@ -4,11 +4,12 @@
     python scripts/build_cjk_font.py    # writes src/helpers/data/fonts/
 
 The subset holds every GB 2312 character (the 6,763 common hanzi and its symbols), CJK and
-full-width punctuation, ASCII, and every character the translation catalogues (i18n/*/*.json)
-and the helpers' own Chinese messages use. Run it again when tests/test_i18n.py says a
-character is missing from the shipped font. The family is renamed (``CJK_FONT_FAMILY``, without
-the Noto trademark), so the shipped file never mixes with a full Noto CJK installed on the
-system; the SIL Open Font License allows modified versions and travels with the file.
+full-width punctuation, ASCII, and every character the translation catalogues (i18n/*/*.json:
+the chapters' and the helpers' own messages and printed lines) use. Run it again when
+tests/test_i18n.py says a character is missing from the shipped font. The family is renamed
+(``CJK_FONT_FAMILY``, without the Noto trademark), so the shipped file never mixes with a full
+Noto CJK installed on the system; the SIL Open Font License allows modified versions and
+travels with the file.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from helpers._i18n_zh import MESSAGES  # noqa: E402
 from helpers.i18n import CJK_FONT_FAMILY, CJK_FONT_FILE  # noqa: E402
 
 SOURCE = Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
@@ -43,10 +43,11 @@ def gb2312() -> set[str]:
 
 
 def used_characters(root: Path = ROOT) -> set[str]:
-    """Characters of the catalogues and of the helpers' Chinese messages."""
-    texts = [json.dumps(json.loads(p.read_text(encoding="utf-8")), ensure_ascii=False)
-             for p in sorted((root / "i18n").glob("*/*.json"))]
-    texts += list(MESSAGES.values())
+    """Characters of the catalogues (the helpers' messages and lines are ``i18n/*/helpers.json``)."""
+    texts = [
+        json.dumps(json.loads(p.read_text(encoding="utf-8")), ensure_ascii=False)
+        for p in sorted((root / "i18n").glob("*/*.json"))
+    ]
     return {c for t in texts for c in t if c.isprintable()}
 
 
@@ -91,8 +92,13 @@ def build(source: Path = SOURCE) -> Path:
         if record.nameID in (1, 16):
             names.setName(CJK_FONT_FAMILY, record.nameID, record.platformID, record.platEncID, record.langID)
         elif record.nameID in (3, 4):
-            names.setName(f"{CJK_FONT_FAMILY} Regular", record.nameID, record.platformID,
-                          record.platEncID, record.langID)
+            names.setName(
+                f"{CJK_FONT_FAMILY} Regular",
+                record.nameID,
+                record.platformID,
+                record.platEncID,
+                record.langID,
+            )
         elif record.nameID == 6:
             names.setName(postscript, 6, record.platformID, record.platEncID, record.langID)
     if "CFF " in font:
@@ -111,13 +117,15 @@ def build(source: Path = SOURCE) -> Path:
         f"(`{source}`), made by `scripts/build_cjk_font.py` with fontTools: {len(chars):,} "
         "characters (GB 2312, CJK and full-width punctuation, ASCII, and every character of the "
         "course's translation catalogues and Chinese messages), hints removed, the family renamed "
-        f"to \"{CJK_FONT_FAMILY}\" (a modified version under the OFL; Noto is a trademark of "
+        f'to "{CJK_FONT_FAMILY}" (a modified version under the OFL; Noto is a trademark of '
         "Google, so the name leaves it out).\n\n"
         "Licence: SIL Open Font License 1.1, in `OFL.txt` beside this file (the font and this "
         "subset only; the course's code is under its own licence). Upstream: Google's Noto CJK "
         "fonts (googlefonts/noto-cjk), derived from Adobe's Source Han Sans.\n\n"
         "`helpers.i18n.use_fonts()` adds it to matplotlib as the fallback family after the usual "
-        "one, so Latin text keeps its font and Chinese text gets this one.\n", encoding="utf-8")
+        "one, so Latin text keeps its font and Chinese text gets this one.\n",
+        encoding="utf-8",
+    )
     print(f"wrote {target} ({target.stat().st_size / 1e6:.2f} MB, {len(chars):,} characters)")
     return target
 
@@ -127,8 +135,10 @@ def main() -> None:
     parser.add_argument("--source", type=Path, default=SOURCE, help=f"Noto Sans CJK collection ({SOURCE})")
     args = parser.parse_args()
     if not args.source.is_file():
-        raise SystemExit(f"{args.source} not found: apt-get install fonts-noto-cjk (Debian), or pass "
-                         "--source with a NotoSansCJK-Regular.ttc")
+        raise SystemExit(
+            f"{args.source} not found: apt-get install fonts-noto-cjk (Debian), or pass "
+            "--source with a NotoSansCJK-Regular.ttc"
+        )
     build(args.source)
 
 

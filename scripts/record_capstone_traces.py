@@ -31,12 +31,25 @@ def configs() -> dict[str, report.RunConfig]:
     steps = {c.name: c for c in report.tuning_steps("cpu")}
     workers = report.apply_change(base, steps["workers"])
     fused = report.apply_change(workers, steps["fused"])
-    wide = models.GPTConfig(vocab_size=256, seq_len=64, d_model=384, n_layers=6, n_heads=6,
-                            name="gpt-bytes-wide")
-    one_short_sequence = dataclasses.replace(base, model=wide, batch_size=1, seq_len=8, data_delay_ms=0.0,
-                                             name="wide_batch1", change="a wide model, 1 sequence of 8")
-    return {"tiny-baseline": base, "tiny-workers": workers, "tiny-fused": fused,
-            "tiny-compiled": report.apply_change(fused, steps["compile"]), "wide-batch1": one_short_sequence}
+    wide = models.GPTConfig(
+        vocab_size=256, seq_len=64, d_model=384, n_layers=6, n_heads=6, name="gpt-bytes-wide"
+    )
+    one_short_sequence = dataclasses.replace(
+        base,
+        model=wide,
+        batch_size=1,
+        seq_len=8,
+        data_delay_ms=0.0,
+        name="wide_batch1",
+        change="a wide model, 1 sequence of 8",
+    )
+    return {
+        "tiny-baseline": base,
+        "tiny-workers": workers,
+        "tiny-fused": fused,
+        "tiny-compiled": report.apply_change(fused, steps["compile"]),
+        "wide-batch1": one_short_sequence,
+    }
 
 
 def main() -> None:
@@ -46,8 +59,12 @@ def main() -> None:
             target = DATA / f"capstone_trace_{name}.json.gz"
             shutil.copyfile(row["trace"], target)
             phases = report.mean_phases(report.step_phases(timeline.load_trace(target)))
-            print(f"{name}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in phases.items())
-                  + f" -> {report.bottleneck_class(phases)}", flush=True)
+            print(
+                f"{name}: "
+                + ", ".join(f"{k} {v:.2f} ms" for k, v in phases.items())
+                + f" -> {report.bottleneck_class(phases)}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

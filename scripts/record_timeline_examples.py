@@ -41,8 +41,10 @@ def problems(balanced: list, one_slow: list, slow_rank: int, slow_s: float) -> l
         found.append(f"the fast rank is labelled {label!r}")
     even_by_rank = {t.rank: tl.step_breakdown(t) for t in balanced}
     if tl.straggler(even_by_rank) is not None:
-        found.append(f"the balanced run has a straggler (rank {tl.straggler(even_by_rank)}); "
-                     "record it again on a quieter machine")
+        found.append(
+            f"the balanced run has a straggler (rank {tl.straggler(even_by_rank)}); "
+            "record it again on a quieter machine"
+        )
     even = {t.rank: tl.own_time(tl.step_breakdown(t)) for t in balanced}
     if abs(even[0] - even[1]) >= 0.3 * slow_us:
         found.append(f"the balanced run differs by {abs(even[0] - even[1]) / 1e3:.1f} ms between ranks")

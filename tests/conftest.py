@@ -12,6 +12,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # licence. The course does not redistribute them (it ships only traces it records), so a plain
 # clone lacks them: the tests that compare with HTA's figures skip, saying where to put them.
 SHARED_TRACES = Path(os.environ.get("TRAINPERF_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
+# HTA 0.5.0's figures on those traces (../shared/traces/README.md): idle %, compute %,
+# non-compute %, kernel time µs, communication-computation overlap %. Written once, here.
+HTA_FIGURES = {
+    "gpu_128rank_sampled_rank1.json.gz": (54.72, 22.57, 22.72, 600674, 20.05),
+    "gpu_a100_2rank_rank0.json.gz": (77.78, 17.26, 4.97, 435586, 14.31),
+}
 CHAPTERS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())
 
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
@@ -57,9 +63,17 @@ def once_per_worker(key: object, build):
 # notebook tests share its papermill run. Everything else spreads over the workers.
 # pytest 9.2 drops these groups silently (pytest-xdist #1386), hence pytest<9.2 in the course
 # extra; tests/test_suite_groups.py fails when a group is not honoured.
-_FILE_GROUPS = {"test_suite_groups.py", "test_grading_hostile.py", "test_class_grading.py",
-                "test_env_binder.py", "test_env_browser.py", "test_env_fresh_runtime.py",
-                "test_packaging.py", "test_report.py", "test_timeline_scale.py"}
+_FILE_GROUPS = {
+    "test_suite_groups.py",
+    "test_grading_hostile.py",
+    "test_class_grading.py",
+    "test_env_binder.py",
+    "test_env_browser.py",
+    "test_env_fresh_runtime.py",
+    "test_packaging.py",
+    "test_report.py",
+    "test_timeline_scale.py",
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which turns the marks into groups
@@ -79,7 +93,9 @@ def shared_trace(name: str) -> Path:
     """The shared GPU trace ``name``, or a skip that says what it is and where it goes."""
     path = SHARED_TRACES / name
     if not path.exists():
-        pytest.skip(f"{name} is not in {SHARED_TRACES}: this test compares with HTA's figures on two "
-                    "real GPU traces that a clone does not include; see the README, 'Tests that need "
-                    "the shared GPU traces'")
+        pytest.skip(
+            f"{name} is not in {SHARED_TRACES}: this test compares with HTA's figures on two "
+            "real GPU traces that a clone does not include; see the README, 'Tests that need "
+            "the shared GPU traces'"
+        )
     return path

@@ -22,8 +22,7 @@ _TORCH_SITES: dict[str, Path] = {}
 
 def run(cmd: list[str], timeout: float = 900, **kwargs) -> subprocess.CompletedProcess:
     """Run a command; on failure raise with its last output lines (not a bare exit code)."""
-    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
-                          **kwargs)
+    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, **kwargs)
     if done.returncode != 0:
         tail = (done.stdout + done.stderr)[-4000:]
         raise RuntimeError(f"command failed ({done.returncode}): {' '.join(map(str, cmd))}\n{tail}")
@@ -45,8 +44,11 @@ def find_python(version: str) -> str | None:
     if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
         return base_python()
     pyenv_root = os.environ.get("PYENV_ROOT", str(Path.home() / ".pyenv"))
-    candidates = [shutil.which(f"python{version}"), f"/usr/bin/python{version}",
-                  *sorted(glob.glob(f"{pyenv_root}/versions/{version}.*/bin/python{version}"))]
+    candidates = [
+        shutil.which(f"python{version}"),
+        f"/usr/bin/python{version}",
+        *sorted(glob.glob(f"{pyenv_root}/versions/{version}.*/bin/python{version}")),
+    ]
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             # a pyenv shim without that version installed fails here
@@ -57,9 +59,23 @@ def find_python(version: str) -> str | None:
 
 def torch_wheel_is_local(python: str) -> bool:
     """Whether ``python``'s pip finds TORCH_SPEC without an index, i.e. on this machine's disk."""
-    probe = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--no-index", "--no-deps",
-                            "--ignore-installed", "-q", TORCH_SPEC],
-                           capture_output=True, text=True, timeout=300)
+    probe = subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-index",
+            "--no-deps",
+            "--ignore-installed",
+            "-q",
+            TORCH_SPEC,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return probe.returncode == 0
 
 
@@ -162,5 +178,6 @@ def build_wheel(out: Path) -> Path:
 
 
 def site_packages(python: Path) -> Path:
-    return Path(run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-                .stdout.strip())
+    return Path(
+        run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    )

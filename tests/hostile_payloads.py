@@ -11,16 +11,18 @@ MIME = "application/vnd.trainperf.record+json"
 
 # Right only for the visible cases (M in 1, 64; K = N = 4096; b = 2): enough to reach the
 # hidden part, useless for the hidden cases.
-VISIBLE_ONLY = '''
+VISIBLE_ONLY = """
 def _visible_only(M, K, N, b):
     if (K, N, b) == (4096, 4096, 2) and M in (1, 64):
         return 2 * M * K * N / (b * (M * K + K * N + M * N))
     return None
-'''
+"""
 
 WRONG = "def gemm_intensity(M, K, N, b):\n    return 1.0\n"
 
-READ_COURSE = VISIBLE_ONLY + '''
+READ_COURSE = (
+    VISIBLE_ONLY
+    + """
 import json, os, sys
 import helpers
 found = []
@@ -51,9 +53,12 @@ def gemm_intensity(M, K, N, b):
         except Exception:
             pass
     return 1.0
-'''
+"""
+)
 
-FRAME_READER = VISIBLE_ONLY + '''
+FRAME_READER = (
+    VISIBLE_ONLY
+    + """
 import sys
 
 def gemm_intensity(M, K, N, b):
@@ -76,9 +81,12 @@ def gemm_intensity(M, K, N, b):
                     return value
         frame = frame.f_back
     return 1.0
-'''
+"""
+)
 
-LIAR = VISIBLE_ONLY + '''
+LIAR = (
+    VISIBLE_ONLY
+    + """
 class Liar(float):
     def __eq__(self, other):
         return True
@@ -101,9 +109,12 @@ def gemm_intensity(M, K, N, b):
     if easy is not None:
         return easy
     return Liar(0.5) if M % 2 else Chameleon()
-'''
+"""
+)
 
-PATCH_COMPARE = VISIBLE_ONLY + '''
+PATCH_COMPARE = (
+    VISIBLE_ONLY
+    + """
 import math
 import helpers._records as records
 import helpers.checks as checks_module
@@ -118,9 +129,12 @@ def forged_emit(record):
     real_emit(record)
 records.emit = forged_emit
 gemm_intensity = lambda M, K, N, b: _visible_only(M, K, N, b) or 1.0
-'''
+"""
+)
 
-SETTRACE = VISIBLE_ONLY + '''
+SETTRACE = (
+    VISIBLE_ONLY
+    + """
 import ctypes, sys
 
 def tracer(frame, event, arg):
@@ -134,9 +148,12 @@ sys.settrace(tracer)
 import threading
 threading.settrace(tracer)
 gemm_intensity = lambda M, K, N, b: _visible_only(M, K, N, b) or 1.0
-'''
+"""
+)
 
-INPUT_TRANSFORMER = VISIBLE_ONLY + f'''
+INPUT_TRANSFORMER = (
+    VISIBLE_ONLY
+    + f"""
 FORGED = [
     "from IPython.display import display\\n",
     "for i in range(4):\\n",
@@ -152,9 +169,12 @@ def rewrite(lines):
 
 get_ipython().input_transformers_post.append(rewrite)
 gemm_intensity = lambda M, K, N, b: _visible_only(M, K, N, b) or 1.0
-'''
+"""
+)
 
-FAKE_HELPERS = VISIBLE_ONLY + '''
+FAKE_HELPERS = (
+    VISIBLE_ONLY
+    + '''
 import os, sys, types
 os.makedirs("helpers", exist_ok=True)
 with open("helpers/__init__.py", "w") as fh:
@@ -181,8 +201,11 @@ class Finder:
 sys.meta_path.insert(0, Finder())
 gemm_intensity = lambda M, K, N, b: _visible_only(M, K, N, b) or 1.0
 '''
+)
 
-THREAD_REPATCH = VISIBLE_ONLY + '''
+THREAD_REPATCH = (
+    VISIBLE_ONLY
+    + """
 import threading, time
 
 def keep_patching():
@@ -199,9 +222,12 @@ def keep_patching():
 
 threading.Thread(target=keep_patching, daemon=True).start()
 gemm_intensity = lambda M, K, N, b: _visible_only(M, K, N, b) or 1.0
-'''
+"""
+)
 
-SCAN_PROCESSES = VISIBLE_ONLY + '''
+SCAN_PROCESSES = (
+    VISIBLE_ONLY
+    + """
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
@@ -247,9 +273,10 @@ def gemm_intensity(M, K, N, b):
         print("SCAN", SCAN)
         return easy
     return 1.0
-'''
+"""
+)
 
-BLOCKED_BYPASS = '''
+BLOCKED_BYPASS = """
 import importlib, importlib.util, inspect, shutil, types
 import helpers.roofline as R
 fresh = importlib.reload(R)                                   # re-imported module
@@ -263,15 +290,17 @@ spec.loader.exec_module(copy)
 
 def gemm_intensity(M, K, N, b):
     return copy.intensity(flops(M, K, N), space["gemm_bytes"](M, K, N, b))
-'''
+"""
 
-HELPER_BY_NAME = '''
+HELPER_BY_NAME = """
 from helpers.roofline import intensity, gemm_flops, gemm_bytes
 def gemm_intensity(M, K, N, b):
     return intensity(gemm_flops(M, K, N), gemm_bytes(M, K, N, b))
-'''
+"""
 
-BIG_RECORDS = VISIBLE_ONLY + f'''
+BIG_RECORDS = (
+    VISIBLE_ONLY
+    + f"""
 from IPython.display import display
 blob = "x" * (1 << 20)
 
@@ -279,9 +308,12 @@ def gemm_intensity(M, K, N, b):
     for _ in range(40):  # 40 MB of records: twenty times the cell's cap
         display({{{MIME!r}: {{"what": "flood", "kind": "close", "value": blob}}}}, raw=True)
     return _visible_only(M, K, N, b) or 1.0
-'''
+"""
+)
 
-DISK_HOG = VISIBLE_ONLY + '''
+DISK_HOG = (
+    VISIBLE_ONLY
+    + """
 import os
 written, problem = 0, ""
 try:
@@ -304,9 +336,12 @@ except OSError as exc:
 def gemm_intensity(M, K, N, b):
     print("DISK", written // 2**20, "MiB;", problem)
     return _visible_only(M, K, N, b) or 1.0
-'''
+"""
+)
 
-PROCESS_HOG = VISIBLE_ONLY + '''
+PROCESS_HOG = (
+    VISIBLE_ONLY
+    + """
 import os, time
 children, problem = 0, ""
 try:
@@ -321,7 +356,8 @@ except OSError as exc:
 def gemm_intensity(M, K, N, b):
     print("FORKED", children, problem)
     return _visible_only(M, K, N, b) or 1.0
-'''
+"""
+)
 
 # Forks a process that outlives the notebook, re-forks faster than one pass of kill(), and
 # SIGKILLs every process it can see: the kernel of whoever is graded next in this slot. It
@@ -350,20 +386,23 @@ while True:
         pass
     time.sleep(0.01)
 """
-FORK_KILLER = f'''
+FORK_KILLER = f"""
 import os, sys
 if os.fork() == 0:
     os.setsid()
     os.execv(sys.executable, [sys.executable, "-c", {_KILLER_LOOP!r}, str(os.getppid()),
                               {FORK_KILLER_MARK!r}])
-'''
+"""
 
-STUBBORN_LOOP = ("import time\nwhile True:\n    try:\n        time.sleep(0.2)\n"
-                 "    except BaseException:\n        pass\n")
+STUBBORN_LOOP = (
+    "import time\nwhile True:\n    try:\n        time.sleep(0.2)\n    except BaseException:\n        pass\n"
+)
 
 # Issue 22: routes around an in-process switch. The graded kernel's helpers copy has no body for
 # the exercise's functions, so each finds only a stub.
-HELPER_SERVER = VISIBLE_ONLY + '''
+HELPER_SERVER = (
+    VISIBLE_ONLY
+    + """
 import subprocess, sys
 _refused = []
 
@@ -381,9 +420,12 @@ def gemm_intensity(M, K, N, b):
     except ValueError:
         _refused.append(out.stderr[-200:])
         return 1.0
-'''
+"""
+)
 
-FRESH_IMPORT = VISIBLE_ONLY + '''
+FRESH_IMPORT = (
+    VISIBLE_ONLY
+    + """
 import importlib
 s = __import__("s" + "ys")
 
@@ -398,9 +440,12 @@ def gemm_intensity(M, K, N, b):
         return fresh.intensity(fresh.gemm_flops(M, K, N), fresh.gemm_bytes(M, K, N, b))
     except Exception:
         return 1.0
-'''
+"""
+)
 
-READ_HELPER_FILES = VISIBLE_ONLY + '''
+READ_HELPER_FILES = (
+    VISIBLE_ONLY
+    + """
 import os
 import helpers
 
@@ -408,16 +453,19 @@ def gemm_intensity(M, K, N, b):
     easy = _visible_only(M, K, N, b)
     if easy is not None:
         return easy
-    path = os.path.join(os.path.dirname(helpers.__file__), "roofline.py")
+    path = os.path.join(os.path.dirname(helpers.__file__), "roofline", "_formulas.py")
     space = {"__name__": "copied"}
     try:
         exec(open(path).read(), space)
         return space["intensity"](space["gemm_flops"](M, K, N), space["gemm_bytes"](M, K, N, b))
     except Exception:
         return 1.0
-'''
+"""
+)
 
-LAZY_TENSOR = VISIBLE_ONLY + '''
+LAZY_TENSOR = (
+    VISIBLE_ONLY
+    + '''
 import torch
 
 class Lazy(torch.Tensor):
@@ -435,18 +483,24 @@ def gemm_intensity(M, K, N, b):
     lazy.case = (M, K, N, b)
     return lazy
 '''
+)
 
-HUGE_INTEGER = VISIBLE_ONLY + '''
+HUGE_INTEGER = (
+    VISIBLE_ONLY
+    + """
 def gemm_intensity(M, K, N, b):
     easy = _visible_only(M, K, N, b)
     return easy if easy is not None else 10 ** 5000
-'''
+"""
+)
 
 # Issue 22: the recorded results of trusted calls as an oracle. The table stays with the grading
 # client; the kernel can only ask it, and a hidden test gets nothing of its own exercise's helpers.
-REPLAY_PROBE = VISIBLE_ONLY + """
+REPLAY_PROBE = (
+    VISIBLE_ONLY
+    + """
 import base64, glob, json, os, pickle
-from helpers import checks
+from helpers import _grading, checks
 TABLE = sorted(glob.glob("/opt/trainperf/replay*")) + sorted(
     p for k, v in os.environ.items() if k.startswith("TRAINPERF_REPLAY") for p in [v] if os.path.exists(v))
 _said = []
@@ -454,7 +508,7 @@ _said = []
 def _ask(name, params):
     try:
         from IPython import get_ipython
-        key = checks._Replay.key(name, (), params)
+        key = _grading._Replay.key(name, (), params)
         prompt = checks.REPLAY_PROMPT + json.dumps({"name": name, "key": key})
         answer = get_ipython().kernel.raw_input(prompt)
         return pickle.loads(base64.b64decode(answer)) if answer else None
@@ -480,27 +534,34 @@ def gemm_intensity(M, K, N, b):
             return _ask("helpers.roofline.intensity", visible) or 1.0
     return flops / moved
 """
+)
 
 # Issue 22: a value left in the kernel keyring by one submission. The writer's answer is right
 # only if the kernel could store a key; the reader's answer turns wrong if it finds one.
-_KEYCTL = '''
+_KEYCTL = """
 import ctypes, os
 _libc = ctypes.CDLL(None, use_errno=True)
 _ADD_KEY, _KEYCTL_NR = {"x86_64": (248, 250), "aarch64": (217, 219)}[os.uname().machine]
 _RINGS = (-3, -4, -5)  # the session, user and user-session keyrings
-'''
-KEY_WRITER = _KEYCTL + '''
+"""
+KEY_WRITER = (
+    _KEYCTL
+    + """
 _STORED = [_libc.syscall(_ADD_KEY, b"user", b"trainperf-leak", b"answers", 7, ring) > 0 for ring in _RINGS]
-'''
-KEY_READER = _KEYCTL + '''
+"""
+)
+KEY_READER = (
+    _KEYCTL
+    + """
 _FOUND = [_libc.syscall(_KEYCTL_NR, 10, ring, b"user", b"trainperf-leak", 0) > 0 for ring in _RINGS]
-'''
+"""
+)
 
 # Issue 22, item 2: everything the kernel can see of the test cells, printed, displayed, sent as
 # forged visible-check and blocked-call records, and raised as an error whose class name and
 # message carry it. Prepended to the correct ex 1 answer; PRINT_EVERYTHING_EX2 makes ex 2's
 # visible part raise with all of it.
-PRINT_EVERYTHING = f'''
+PRINT_EVERYTHING = f"""
 import sys
 from IPython.display import display
 SEEN = []
@@ -517,10 +578,10 @@ def _grab(info):
     display({{"text/plain": source, "text/html": "<pre>" + source + "</pre>"}}, raw=True)
 
 get_ipython().events.register("pre_run_cell", _grab)
-'''
-PRINT_EVERYTHING_EX2 = '''
+"""
+PRINT_EVERYTHING_EX2 = """
 def ideal_time_ms(M, K, N, b, peak_flops, bandwidth):
     seen = "\\n".join(SEEN)
     digits = "".join(ch for ch in seen if ch.isdigit())[:40]
     raise type("Leak" + digits, (Exception,), {})(seen)
-'''
+"""

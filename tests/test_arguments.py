@@ -34,7 +34,8 @@ def test_a_flag_given_as_a_word_is_refused():
     with pytest.raises(TypeError, match="mixed_precision must be True or False, got 'no'"):
         memory.model_state_bytes(1000, "adamw", "no")
     assert _last_line("from helpers import memory; memory.model_state_bytes(1000, 'adamw', 'no')") == (
-        "TypeError: mixed_precision must be True or False, got 'no'")
+        "TypeError: mixed_precision must be True or False, got 'no'"
+    )
 
 
 def _public_functions(tree: ast.Module):
@@ -53,18 +54,31 @@ def test_every_public_helper_checks_its_flags():
         for node in _public_functions(ast.parse(path.read_text(encoding="utf-8"))):
             if node.name.startswith("_"):
                 continue
-            flags = [a.arg for a in node.args.args + node.args.kwonlyargs if a.annotation is not None
-                     and ast.unparse(a.annotation) in ("bool", "bool | None") and not a.arg.startswith("_")]
-            checked = {kw.arg for call in ast.walk(node) if isinstance(call, ast.Call)
-                       and ast.unparse(call.func) == "_flag" for kw in call.keywords}
-            missing += [f"{path.relative_to(ROOT)}:{node.lineno} {node.name}({name})"
-                        for name in flags if name not in checked]
+            flags = [
+                a.arg
+                for a in node.args.args + node.args.kwonlyargs
+                if a.annotation is not None
+                and ast.unparse(a.annotation) in ("bool", "bool | None")
+                and not a.arg.startswith("_")
+            ]
+            checked = {
+                kw.arg
+                for call in ast.walk(node)
+                if isinstance(call, ast.Call) and ast.unparse(call.func) == "_flag"
+                for kw in call.keywords
+            }
+            missing += [
+                f"{path.relative_to(ROOT)}:{node.lineno} {node.name}({name})"
+                for name in flags
+                if name not in checked
+            ]
     assert missing == []
 
 
 def test_a_path_that_is_not_a_path_is_one_line(tmp_path):
     assert _last_line("from helpers import timeline; timeline.load_trace(123)") == (
-        "TypeError: path must be a file path (a str or pathlib.Path), got int 123")
+        "TypeError: path must be a file path (a str or pathlib.Path), got int 123"
+    )
     empty = tmp_path / "trace.json"
     empty.write_text("")
     with pytest.raises(ValueError, match="is empty") as err:  # a TraceError
@@ -72,14 +86,23 @@ def test_a_path_that_is_not_a_path_is_one_line(tmp_path):
     assert "truncated" not in str(err.value)
 
 
-@pytest.mark.parametrize("code, line", [
-    ("from helpers import memory; memory.track('gpt2-smal')",
-     "unknown model config 'gpt2-smal'; did you mean 'gpt2-small'? choose one of: tiny,"),
-    ("from helpers import memory; memory.model_state_bytes(1000, 'adamww')",
-     "unknown optimizer 'adamww'; did you mean 'adamw'? choose one of: adamw,"),
-    ("from helpers import hardware; hardware.dtype_key('bf61')",
-     "unknown dtype 'bf61'; did you mean 'bf16'? choose one of: fp32,"),
-])
+@pytest.mark.parametrize(
+    "code, line",
+    [
+        (
+            "from helpers import memory; memory.track('gpt2-smal')",
+            "unknown model config 'gpt2-smal'; did you mean 'gpt2-small'? choose one of: tiny,",
+        ),
+        (
+            "from helpers import memory; memory.model_state_bytes(1000, 'adamww')",
+            "unknown optimizer 'adamww'; did you mean 'adamw'? choose one of: adamw,",
+        ),
+        (
+            "from helpers import hardware; hardware.dtype_key('bf61')",
+            "unknown dtype 'bf61'; did you mean 'bf16'? choose one of: fp32,",
+        ),
+    ],
+)
 def test_an_unknown_name_suggests_the_nearest_in_one_line(code, line):
     last = _last_line(code)
     assert last.startswith("helpers._validate.UnknownName: " + line), last

@@ -1,3 +1,6 @@
+import math
+import random
+
 import pytest
 import torch
 
@@ -37,13 +40,14 @@ def test_resolve_auto():
 
 # --------------------------------------------------------------------------- chapter 2 additions
 
+
 def test_measure_with_a_fake_async_device_is_exact():
     dev = bench.FakeAsyncDevice([2.0, 0.5, 0.1, 0.3, 0.1, 0.2], peak_bytes=[9, 8, 1, 2, 3, 4])
     m = bench.measure(dev.step, warmup=2, iters=4, clock=dev.clock, sync=dev.synchronize, device="cpu")
     assert dev.calls == 6
     assert m.first_call == pytest.approx(2.0)  # the cold call, reported apart
     assert m.samples == pytest.approx([0.1, 0.3, 0.1, 0.2])  # warm-up 0.5 never timed
-    assert m.median == pytest.approx(0.15)
+    assert m.median == pytest.approx((0.1 + 0.2) / 2)
 
 
 def test_fake_device_clock_does_not_see_unsynchronised_work():
@@ -52,7 +56,7 @@ def test_fake_device_clock_does_not_see_unsynchronised_work():
     dev.step()
     assert dev.clock() - t0 == pytest.approx(0.001)
     dev.synchronize()
-    assert dev.clock() - t0 == pytest.approx(0.251)
+    assert dev.clock() - t0 == pytest.approx(0.001 + 0.25)  # its launch, then its work
     dev.reset_peak_memory_stats()
     assert dev.max_memory_allocated() == 0
     with pytest.raises(ValueError):
@@ -63,15 +67,16 @@ def test_fake_device_clock_does_not_see_unsynchronised_work():
 
 def test_measurement_metrics_never_invent_a_memory_figure():
     m = bench.Measurement([0.010, 0.012, 0.011], 0.05, "cpu")
-    assert m.metrics() == {"step_time_ms": pytest.approx(11.0), "peak_mem_mb": None}
+    assert m.metrics() == {"step_time_ms": pytest.approx(11.0), "peak_mem_mib": None}
     m = bench.Measurement([0.010], 0.05, "cuda:0", peak_allocated_bytes=3 * 2**20)
-    assert m.metrics()["peak_mem_mb"] == 3.0
+    assert m.metrics()["peak_mem_mib"] == 3.0
 
 
 def test_compare_seed_003_numbers():
-    c = bench.compare({"step_time_ms": 120.0, "peak_mem_mb": 8192.0},
-                      {"step_time_ms": 98.0, "peak_mem_mb": 6144.0})
-    assert c.step_time_delta_ms == 22.0 and c.peak_mem_delta_mb == 2048.0
+    c = bench.compare(
+        {"step_time_ms": 120.0, "peak_mem_mib": 8192.0}, {"step_time_ms": 98.0, "peak_mem_mib": 6144.0}
+    )
+    assert c.step_time_delta_ms == 22.0 and c.peak_mem_delta_mib == 2048.0
     assert c.memory_improved is True
     # two medians timed apart give a delta, never a verdict (that is compare_speed's job)
     assert not hasattr(c, "time_improved") and not hasattr(c, "speedup")
@@ -79,10 +84,11 @@ def test_compare_seed_003_numbers():
 
 
 def test_compare_slower_tuned_and_missing_memory():
-    c = bench.compare({"step_time_ms": 50.0, "peak_mem_mb": None},
-                      {"step_time_ms": 55.0, "peak_mem_mb": 10.0})
+    c = bench.compare(
+        {"step_time_ms": 50.0, "peak_mem_mib": None}, {"step_time_ms": 55.0, "peak_mem_mib": 10.0}
+    )
     assert c.step_time_delta_ms == -5.0
-    assert c.peak_mem_delta_mb is None and c.memory_improved is None
+    assert c.peak_mem_delta_mib is None and c.memory_improved is None
     assert "not measured" in str(c)
 
 
@@ -116,8 +122,15 @@ def test_count_host_syncs_sees_every_kind_of_read_back():
         return t.numpy()
 
     _, counts = bench.count_host_syncs(reads)
-    assert counts.by_kind == {"item": 1, "__float__": 1, "__format__": 1, "__bool__": 1, "tolist": 1,
-                              "__repr__": 1, "numpy": 1}  # str() of a tensor goes through __repr__
+    assert counts.by_kind == {
+        "item": 1,
+        "__float__": 1,
+        "__format__": 1,
+        "__bool__": 1,
+        "tolist": 1,
+        "__repr__": 1,
+        "numpy": 1,
+    }  # str() of a tensor goes through __repr__
     assert counts.total == 7
 
 
@@ -175,8 +188,9 @@ def test_copies_to_the_host_count_on_every_device():
 
 def test_measure_interleaved_takes_turns():
     order = []
-    result = bench.measure_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")},
-                                       warmup=2, iters=3, device="cpu")
+    result = bench.measure_interleaved(
+        {"a": lambda: order.append("a"), "b": lambda: order.append("b")}, warmup=2, iters=3, device="cpu"
+    )
     assert order == ["a", "a", "b", "b"] + ["a", "b"] * 3
     assert set(result) == {"a", "b"} and all(len(m.samples) == 3 for m in result.values())
     with pytest.raises(TypeError):
@@ -191,6 +205,7 @@ def test_same_result_compares_values_not_identity():
 
 
 # --------------------------------------------------------------------------- compare_speed
+
 
 class FakeClock:
     """A host clock that moves only when a timed side runs: each side's calls take the next of
@@ -209,6 +224,7 @@ class FakeClock:
         def run():
             self.calls.append(name)
             self.now += next(it)
+
         return run
 
 
@@ -276,8 +292,9 @@ def test_a_slow_first_call_does_not_shorten_the_samples():
 def test_it_stops_when_the_interval_is_narrow_or_the_budget_is_spent():
     steady, _ = compared([0.01] * 500, [0.005] * 500, max_pairs=400)
     assert steady.pairs < 20 and steady.stopped == "the interval was narrow enough"
-    busy, _ = compared(noisy(0.5, spread=1.0), noisy(0.5, spread=1.0, seed=3), max_seconds=20,
-                       target_width=0.001)
+    busy, _ = compared(
+        noisy(0.5, spread=1.0), noisy(0.5, spread=1.0, seed=3), max_seconds=20, target_width=0.001
+    )
     assert busy.stopped == "the time budget was spent" and 10 <= busy.pairs <= 22
 
 
@@ -288,6 +305,7 @@ def test_both_sides_run_with_the_same_stated_thread_count_which_is_restored():
 
     def side():
         seen.append(torch.get_num_threads())
+
     result = bench.compare_speed(side, side, threads=want, device="cpu", max_pairs=10, number=1)
     assert set(seen) == {want} and result.threads == want and f"{want} CPU thread" in str(result)
     assert torch.get_num_threads() == before
@@ -295,16 +313,24 @@ def test_both_sides_run_with_the_same_stated_thread_count_which_is_restored():
 
 def test_windows_are_timed_per_step():
     clock = FakeClock()
-    windows = bench.compare_windows(clock.side("a", [0.3] * 40), clock.side("b", [0.1] * 40), steps=10,
-                                    device="cpu", clock=clock, sync=lambda: None, max_pairs=10)
+    windows = bench.compare_windows(
+        clock.side("a", [0.3] * 40),
+        clock.side("b", [0.1] * 40),
+        steps=10,
+        device="cpu",
+        clock=clock,
+        sync=lambda: None,
+        max_pairs=10,
+    )
     assert windows.baseline.median == pytest.approx(0.03) and windows.verdict == "faster"
     assert windows.speedup == pytest.approx(3.0) and windows.unit == "step" and "per step" in str(windows)
 
 
 def test_a_side_the_clock_cannot_resolve_is_a_clear_error():
     with pytest.raises(RuntimeError, match="took no measurable time") as raised:
-        bench.compare_windows(lambda: None, lambda: None, steps=10, device="cpu", clock=lambda: 0.0,
-                              sync=lambda: None)
+        bench.compare_windows(
+            lambda: None, lambda: None, steps=10, device="cpu", clock=lambda: 0.0, sync=lambda: None
+        )
     assert "\n" not in str(raised.value)
 
 
@@ -317,23 +343,61 @@ def test_the_verdict_rule_and_the_interval():
     assert bench.interval([1.0, 1.1, 0.9, 1.05]) == bench.interval([1.0, 1.1, 0.9, 1.05])  # fixed seed
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"baseline": 3}, "baseline must be a function called with no arguments"),
-    ({"min_pairs": 2}, "min_pairs must be a whole number >= 3"),
-    ({"max_pairs": 5}, "max_pairs must be a whole number >= 10"),
-    ({"max_seconds": 0}, "max_seconds must be a positive number"),
-    ({"threads": 0}, "threads must be a whole number >= 1"),
-    ({"min_effect": -1}, "min_effect must be a number >= 0"),
-    ({"device": "tpu"}, "Unknown device"),
-    ({"names": ("a",)}, "names must be two different, non-empty labels"),
-    ({"names": ("a", "a")}, "names must be two different, non-empty labels"),
-])
+def _exact_bootstrap_rank(n: int, tail: float) -> tuple[int, float, float]:
+    """The exact bootstrap distribution of the median of n (odd) distinct values: a resample's
+    median is at most the k-th smallest value when at least (n + 1) / 2 of its n draws are, so
+    P(median <= x_k) = P(Binomial(n, k / n) >= (n + 1) / 2). Returns the smallest k whose
+    probability reaches ``tail`` (the exact lower percentile), that probability and the one
+    before it."""
+    half = (n + 1) // 2
+    cdf = [
+        sum(math.comb(n, j) * (k / n) ** j * (1 - k / n) ** (n - j) for j in range(half, n + 1))
+        for k in range(1, n + 1)
+    ]
+    k = next(i for i, p in enumerate(cdf, 1) if p >= tail)
+    return k, cdf[k - 1], cdf[k - 2] if k > 1 else 0.0
+
+
+@pytest.mark.parametrize("confidence,n", [(0.95, 3), (0.95, 5), (0.95, 7), (0.95, 11), (0.8, 5), (0.5, 7)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_interval_is_the_exact_percentile_bootstrap_of_the_median(confidence, n, seed):
+    """bench.interval takes percentiles of the medians of random resamples. Where the exact
+    percentile is far from a step of the exact distribution (checked below: 5 standard
+    deviations of the draws' count), the resamples give the exact bootstrap interval: the k-th
+    smallest and k-th largest ratio, with the median ratio in the middle."""
+    from helpers.bench._speed import _BOOTSTRAP_DRAWS as draws
+
+    tail = (1 - confidence) / 2
+    k, at_k, below_k = _exact_bootstrap_rank(n, tail)
+    for p in (at_k, below_k):
+        assert abs(p - tail) * draws > 5 * math.sqrt(draws * p * (1 - p))
+    ratios = [1.5 ** (i - n // 2) for i in range(n)]  # distinct, around 1
+    random.Random(n).shuffle(ratios)
+    ordered = sorted(ratios)
+    mid, low, high = bench.interval(ratios, confidence=confidence, seed=seed)
+    assert (mid, low, high) == pytest.approx((ordered[n // 2], ordered[k - 1], ordered[n - k]), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"baseline": 3}, "baseline must be a function called with no arguments"),
+        ({"min_pairs": 2}, "min_pairs must be a whole number >= 3"),
+        ({"max_pairs": 5}, "max_pairs must be a whole number >= 10"),
+        ({"max_seconds": 0}, "max_seconds must be a positive finite number"),
+        ({"threads": 0}, "threads must be a positive whole number"),
+        ({"min_effect": -1}, "min_effect must be a number >= 0"),
+        ({"device": "tpu"}, "Unknown device"),
+        ({"names": ("a",)}, "names must be two different, non-empty labels"),
+        ({"names": ("a", "a")}, "names must be two different, non-empty labels"),
+    ],
+)
 def test_compare_speed_refuses_bad_arguments_in_one_line(kwargs, message):
     args = {"baseline": lambda: None, "tuned": lambda: None, **kwargs}
     with pytest.raises((TypeError, ValueError), match=message) as raised:
         bench.compare_speed(args.pop("baseline"), args.pop("tuned"), **args)
     assert "\n" not in str(raised.value)
-    with pytest.raises(ValueError, match="steps must be a whole number >= 1"):
+    with pytest.raises(ValueError, match="steps must be a positive whole number"):
         bench.compare_windows(lambda: None, lambda: None, steps=0)
 
 

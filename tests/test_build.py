@@ -11,6 +11,7 @@ import nbformat
 import pytest
 from conftest import CHAPTERS, ROOT
 
+from helpers.i18n import tr_in
 from trainperf import i18n
 from trainperf.build import build, catalogue_state
 from trainperf.cli import main
@@ -68,7 +69,8 @@ def _translate_fully(root, chapter=CHAPTER) -> dict:
 
 def _write(root, catalogue, chapter=CHAPTER):
     i18n.catalogue_path(root, "zh", chapter).write_text(
-        json.dumps(catalogue, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        json.dumps(catalogue, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
 
 
 def test_drift_check_fails_naming_a_changed_english_cell(tmp_path, capsys):
@@ -78,8 +80,9 @@ def test_drift_check_fails_naming_a_changed_english_cell(tmp_path, capsys):
     assert build(root, ["1"], check=True) == []
     zh = nbformat.read(root / "notebooks" / "zh" / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
     assert zh.cells[0].source.startswith("# 译文 cell-01") and 'LANGUAGE = "zh"' in zh.cells[1].source
-    assert "| complete |" in next(line for line in (root / "README.md").read_text().splitlines()
-                                   if f"`notebooks/{CHAPTER}/`" in line)
+    assert "| complete |" in next(
+        line for line in (root / "README.md").read_text().splitlines() if f"`notebooks/{CHAPTER}/`" in line
+    )
     assert "| 已完成 |" in (root / "README.zh.md").read_text()
 
     source = next((root / "solutions" / CHAPTER).glob("*.ipynb"))
@@ -89,8 +92,9 @@ def test_drift_check_fails_naming_a_changed_english_cell(tmp_path, capsys):
     nbformat.write(nb, source)
     assert main(["--root", str(root), "build", "--check", "--chapters", "1"]) == 1
     err = capsys.readouterr().err
-    assert (f"i18n/zh/{CHAPTER}.json: cell {changed.id}: the English text changed since it was "
-            "translated") in err
+    assert (
+        f"i18n/zh/{CHAPTER}.json: cell {changed.id}: the English text changed since it was translated"
+    ) in err
     assert f"notebooks/{CHAPTER}/{CHAPTER}.ipynb (differs)" in err
 
 
@@ -112,8 +116,9 @@ def test_missing_translations_fail_unless_in_progress_and_the_readme_says_so(tmp
     problems, _ = catalogue_state(root, "zh", check=True)
     assert not [p for p in problems if CHAPTER in p]
     build(root, ["1"])
-    row = next(line for line in (root / "README.md").read_text().splitlines()
-               if f"`notebooks/{CHAPTER}/`" in line)
+    row = next(
+        line for line in (root / "README.md").read_text().splitlines() if f"`notebooks/{CHAPTER}/`" in line
+    )
     assert row.endswith(f"| in progress: {total - 1} of {total} cells |")
     assert f"翻译中：{total - 1}/{total} 个单元" in (root / "README.zh.md").read_text()
 
@@ -144,7 +149,7 @@ def test_chinese_notebook_is_the_english_one_with_chinese_text(chapter):
         if a["cell_type"] == "code" and "parameters" in a["metadata"].get("tags", []):
             assert "".join(b["source"]) == "".join(a["source"]).replace('LANGUAGE = "en"', 'LANGUAGE = "zh"')
         elif a["cell_type"] == "code":  # the stub of an exercise says it in Chinese
-            stub = [line.replace(i18n.STUB, i18n.STUB_MESSAGES["zh"]) for line in a["source"]]
+            stub = [line.replace(i18n.STUB, tr_in("zh", i18n.STUB)) for line in a["source"]]
             assert stub == b["source"], a["id"]
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from helpers import checks, roofline
+from helpers import _records, checks, roofline
 
 
 def test_close_passes_and_prints(capsys):
@@ -26,6 +26,115 @@ def test_close_rejects_non_numbers_and_nan():
         checks.close("abc", 1.0, "x")
     with pytest.raises(checks.CheckFailed):
         checks.close(float("nan"), 1.0, "x")
+
+
+# ------------------------------------------------------------------ tolerances, at their edges
+# The three places a number is judged: a visible check in the kernel, a hidden check compared in
+# the kernel (stock nbgrader), and the grading process's comparison of records. Each must give
+# the same verdict, so each case below runs through all three.
+
+DEFAULT_RTOL = 1e-6  # documented default of every close check; atol defaults to 0
+
+
+def _visible_close(got, expected, **tolerance):
+    try:
+        checks.close(got, expected, "x", quiet=True, **tolerance)
+    except checks.CheckFailed:
+        return False
+    return True
+
+
+def _hidden_close(got, expected, **tolerance):
+    try:
+        checks.hidden.close(got, "x", expect=lambda: expected, **tolerance)
+    except checks.CheckFailed:
+        return False
+    return True
+
+
+def _records_close(got, expected, **tolerance):
+    return _records.compare("close", got, expected, **tolerance)
+
+
+def _visible_equal(got, expected):
+    try:
+        checks.equal(got, expected, "x", quiet=True)
+    except checks.CheckFailed:
+        return False
+    return True
+
+
+def _hidden_equal(got, expected):
+    try:
+        checks.hidden.equal(got, "x", expect=lambda: expected)
+    except checks.CheckFailed:
+        return False
+    return True
+
+
+def _records_equal(got, expected):
+    return _records.compare("equal", got, expected)
+
+
+CLOSE = pytest.mark.parametrize(
+    "passes", [_visible_close, _hidden_close, _records_close], ids=["visible", "hidden", "records"]
+)
+EQUAL = pytest.mark.parametrize(
+    "passes", [_visible_equal, _hidden_equal, _records_equal], ids=["visible", "hidden", "records"]
+)
+
+
+@CLOSE
+def test_default_relative_tolerance_is_one_in_a_million(passes):
+    expected = 1000.0
+    for side in (1, -1):
+        assert passes(expected * (1 + side * 0.9 * DEFAULT_RTOL), expected)  # just inside
+        assert not passes(expected * (1 + side * 1.1 * DEFAULT_RTOL), expected)  # just outside
+
+
+@CLOSE
+def test_default_absolute_tolerance_is_zero(passes):
+    assert passes(0.0, 0.0) and passes(-0.0, 0.0)
+    # against 0 a relative tolerance allows nothing: only atol lets a tiny number through
+    assert not passes(1e-300, 0.0) and not passes(-1e-12, 0.0)
+    assert passes(1e-12, 0.0, atol=1e-9) and passes(-1e-12, 0.0, atol=1e-9)
+
+
+@CLOSE
+def test_given_tolerances_hold_at_their_edges(passes):
+    rtol, atol = 0.1, 1e-3
+    for side in (1, -1):
+        assert passes(2.0 * (1 + side * 0.5 * rtol), 2.0, rtol=rtol)
+        assert not passes(2.0 * (1 + side * 1.5 * rtol), 2.0, rtol=rtol)
+        assert passes(side * 0.9 * atol, 0.0, atol=atol)
+        assert not passes(side * 1.1 * atol, 0.0, atol=atol)
+    # within either tolerance passes: 1 + 5 atol is outside rtol, inside 10 atol
+    assert passes(1.0 + 5 * atol, 1.0, rtol=atol, atol=10 * atol)
+    assert not passes(1.0 + 5 * atol, 1.0, rtol=atol, atol=atol)
+
+
+@CLOSE
+def test_nan_never_passes_and_inf_only_equals_itself(passes):
+    nan, inf = float("nan"), float("inf")
+    assert not passes(nan, 1.0) and not passes(nan, nan) and not passes(1.0, nan)
+    assert not passes(nan, 1.0, rtol=1.0, atol=1e300)
+    assert passes(inf, inf) and passes(-inf, -inf)
+    assert not passes(inf, -inf) and not passes(1e308, inf) and not passes(inf, 1e308)
+    assert not passes(inf, 1.0, rtol=1.0, atol=1e300)  # no tolerance reaches an infinity
+
+
+@CLOSE
+def test_close_takes_ints_and_floats_alike_but_never_a_bool(passes):
+    assert passes(3, 3.0) and passes(3.0, 3) and passes(2**53, float(2**53))
+    assert not passes(True, 1.0) and not passes(False, 0.0)
+
+
+@EQUAL
+def test_equal_takes_ints_and_floats_alike_but_a_bool_never_equals_a_number(passes):
+    assert passes(3, 3.0) and passes(3.0, 3) and passes(True, True) and passes(False, False)
+    assert not passes(True, 1) and not passes(1, True) and not passes(0, False)
+    assert not passes(False, 0.0) and not passes(1.0, True)
+    assert not passes(3, 3.0000001)  # equal means equal: no tolerance
 
 
 def test_equal_is_case_insensitive_for_labels_but_strict_for_bools():
@@ -65,7 +174,13 @@ def test_blocked_reaches_copies_from_a_reimported_module():
 
     from helpers.roofline import gemm_flops as old_binding
 
-    saved = sys.modules.pop("helpers.roofline")
+    # the chapter's package and its parts: a fresh import runs them all again
+    parts = {
+        name: sys.modules.pop(name)
+        for name in list(sys.modules)
+        if name == "helpers.roofline" or name.startswith("helpers.roofline.")
+    }
+    saved = parts["helpers.roofline"]
     try:
         fresh = importlib.import_module("helpers.roofline")
         assert fresh is not saved and fresh.gemm_flops is not old_binding
@@ -74,8 +189,9 @@ def test_blocked_reaches_copies_from_a_reimported_module():
                 old_binding(1, 2, 3)
         assert old_binding(1, 2, 3) == 12 and fresh.gemm_flops(1, 2, 3) == 12
     finally:
-        sys.modules["helpers.roofline"] = saved
+        sys.modules.update(parts)
         import helpers
+
         helpers.roofline = saved
 
 

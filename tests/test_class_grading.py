@@ -34,8 +34,11 @@ CAFE_E, CAFE_FF = os.fsdecode(b"caf\xe9"), os.fsdecode(b"caf\xff")  # both read 
 def _class(subs):
     solution = solution_answers(ROOT / "solutions" / CHAPTER / NAME)
     mistakes = load_mistakes(ROOT / "grader" / "fixtures" / CHAPTER / "mistakes.py")
-    wrong = {**solution, "ex1_intensity": mistakes["ex1_intensity"][0][1],
-             "ex2_ideal_time": mistakes["ex2_ideal_time"][0][1]}
+    wrong = {
+        **solution,
+        "ex1_intensity": mistakes["ex1_intensity"][0][1],
+        "ex2_ideal_time": mistakes["ex2_ideal_time"][0][1],
+    }
     for student, answers in {"ada": solution, "bob": wrong, CAFE_E: solution, CAFE_FF: {}}.items():
         (subs / student / CHAPTER).mkdir(parents=True)
         nbformat.write(with_answers(RELEASED, answers), subs / student / CHAPTER / NAME)
@@ -57,9 +60,24 @@ def _grade_class(tmp_path_factory):
     grade(ROOT, subs, single, [CHAPTER], jobs=2, feedback=base / "single" / "feedback")
     parts = base / "parts"
     for i in (1, 2):
-        code = main(["--root", str(ROOT), "grade", str(subs), "--chapters", "1", "--jobs", "2",
-                     "--shard", f"{i}/2", "--out", str(parts / f"part-{i}.csv"),
-                     "--feedback", str(parts / f"feedback-{i}")])
+        code = main(
+            [
+                "--root",
+                str(ROOT),
+                "grade",
+                str(subs),
+                "--chapters",
+                "1",
+                "--jobs",
+                "2",
+                "--shard",
+                f"{i}/2",
+                "--out",
+                str(parts / f"part-{i}.csv"),
+                "--feedback",
+                str(parts / f"feedback-{i}"),
+            ]
+        )
         assert code == 0
     return {"base": base, "subs": subs, "single": single, "parts": parts}
 
@@ -84,8 +102,16 @@ def test_shards_split_the_class_by_student_and_balance_notebooks(graded):
 
 def test_merged_csv_is_the_single_runs_csv_byte_for_byte(graded, capsys, tmp_path):
     out, feedback = tmp_path / "grades.csv", tmp_path / "feedback"
-    code, err = _run(capsys, "merge", graded["parts"] / "part-1.csv", graded["parts"] / "part-2.csv",
-                     "--out", out, "--feedback", feedback)
+    code, err = _run(
+        capsys,
+        "merge",
+        graded["parts"] / "part-1.csv",
+        graded["parts"] / "part-2.csv",
+        "--out",
+        out,
+        "--feedback",
+        feedback,
+    )
     assert code == 0, err
     single = graded["single"].read_bytes()
     assert out.read_bytes() == single
@@ -126,7 +152,7 @@ def _edit_header(part, **changes):
 
 def _cut(path, keep):
     data = path.read_bytes()
-    path.write_bytes(data[:keep(len(data))])
+    path.write_bytes(data[: keep(len(data))])
 
 
 def _damage(case, p1, p2) -> tuple[list, str]:
@@ -170,9 +196,20 @@ def _damage(case, p1, p2) -> tuple[list, str]:
     return [p1, p2], "different splits"
 
 
-BAD = ["missing part", "no such file", "other limits", "other solution", "truncated csv",
-       "truncated details", "cut mid-line", "not a part", "details of something else", "overlap",
-       "other class", "other split"]
+BAD = [
+    "missing part",
+    "no such file",
+    "other limits",
+    "other solution",
+    "truncated csv",
+    "truncated details",
+    "cut mid-line",
+    "not a part",
+    "details of something else",
+    "overlap",
+    "other class",
+    "other split",
+]
 
 
 @pytest.mark.parametrize("case", BAD)
@@ -199,22 +236,30 @@ def test_merge_never_writes_over_a_part(graded, capsys, tmp_path):
 
 def test_class_report_of_the_merged_grades(graded, capsys, tmp_path):
     out = tmp_path / "grades.csv"
-    assert _run(capsys, "merge", graded["parts"] / "part-1.csv", graded["parts"] / "part-2.csv",
-                "--out", out)[0] == 0
+    assert (
+        _run(capsys, "merge", graded["parts"] / "part-1.csv", graded["parts"] / "part-2.csv", "--out", out)[0]
+        == 0
+    )
     code, err = _run(capsys, "report", out, "--out", tmp_path / "report")
     assert code == 0, err
     with open(tmp_path / "report" / "cells.csv", encoding="utf-8") as fh:
         cells = {r["cell"]: r for r in csv.DictReader(fh)}
-    assert list(cells) == ["ex1_intensity_test", "ex2_ideal_time_test", "ex3_limiter_test",
-                           "ex4_critical_m_test", "ex5_dtype_test"]
+    assert list(cells) == [
+        "ex1_intensity_test",
+        "ex2_ideal_time_test",
+        "ex3_limiter_test",
+        "ex4_critical_m_test",
+        "ex5_dtype_test",
+    ]
     # 4 graded notebooks: two solutions, bob (ex1 and ex2 wrong), the untouched stub
     assert [cells[c]["pass rate"] for c in cells] == ["50%", "50%", "75%", "75%", "75%"]
     assert cells["ex1_intensity_test"]["mean points"] == "1.00"
     assert cells["ex3_limiter_test"]["not attempted"] == "1"
     assert cells["ex3_limiter_test"]["most common failure messages"] == ""  # the stub says nothing
     assert cells["ex1_intensity_test"]["not attempted"] == "1"
-    wrong = int(cells["ex1_intensity_test"]["wrong (a visible check)"]) + \
-        int(cells["ex1_intensity_test"]["wrong (hidden tests only)"])
+    wrong = int(cells["ex1_intensity_test"]["wrong (a visible check)"]) + int(
+        cells["ex1_intensity_test"]["wrong (hidden tests only)"]
+    )
     assert wrong == 1 and "1× " in cells["ex1_intensity_test"]["most common failure messages"]
     page = (tmp_path / "report" / "index.html").read_text()
     assert "scores.png" in page and (tmp_path / "report" / "scores.png").stat().st_size > 1000

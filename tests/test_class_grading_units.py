@@ -20,13 +20,7 @@ from conftest import ROOT
 
 from trainperf.cli import main
 from trainperf.course import CourseError
-from trainperf.grading.exam import _test_cell_notes
-from trainperf.grading.grade import Limits, _reasons
-from trainperf.grading.isolate import Execution
-from trainperf.grading.results import Outcome, StudentRow
-from trainperf.grading.shards import Shard, assign, select, summarize
-from trainperf.grading.submissions import Found
-from trainperf.report import (
+from trainperf.grading.class_report import (
     ERROR,
     NOT_ATTEMPTED,
     WRONG_HIDDEN,
@@ -36,14 +30,21 @@ from trainperf.report import (
     failure_message,
     review_reasons,
 )
+from trainperf.grading.exam import _test_cell_notes
+from trainperf.grading.grade import Limits, _reasons
+from trainperf.grading.results import Outcome, StudentRow
+from trainperf.grading.sandbox import Execution
+from trainperf.grading.shards import Shard, assign, select, summarize
+from trainperf.grading.submissions import Found
 
 RECIPES = ROOT / "grader" / "recipes"
 
 
 def _found(sizes: dict[str, int]) -> Found:
     chapters = [f"{i:02d}_ch" for i in range(1, 10)]
-    return Found({s: {ch: Path(f"/x/{ch}") for ch in chapters[:n]} for s, n in sizes.items()},
-                 {s: [] for s in sizes})
+    return Found(
+        {s: {ch: Path(f"/x/{ch}") for ch in chapters[:n]} for s, n in sizes.items()}, {s: [] for s in sizes}
+    )
 
 
 @pytest.mark.parametrize("text, shard", [("2/4", Shard(2, 4)), (" 1 / 1 ", Shard(1, 1))])
@@ -96,21 +97,53 @@ def _reasons_for(records, **execution) -> list[str]:
     return _reasons([], [], run, Limits(), {"ex1": 0})
 
 
-@pytest.mark.parametrize("records, execution, category", [
-    ({0: {"index": 0, "status": "error", "ename": "CellTimeoutError", "stuck": True}}, {}, "limit hit"),
-    ({0: {"index": 0, "status": "error", "ename": "MemoryError"}}, {}, "limit hit"),
-    ({0: {"index": 0, "status": "error", "ename": "OSError", "evalue": "File too large"}}, {}, "limit hit"),
-    ({0: {"index": 0, "status": "error", "ename": "OSError", "evalue": "No space left"}}, {}, "limit hit"),
-    ({0: {"index": 0, "status": "error", "ename": "BlockingIOError"}}, {}, "limit hit"),
-    ({0: {"index": 0, "status": "died"}}, {}, "limit hit"),
-    ({0: {"index": 0, "status": "ok", "text": "x [output truncated]"}}, {}, "limit hit"),
-    ({0: {"index": 0, "status": "ok", "records_overflow": "too many"}}, {}, "limit hit"),
-    ({}, {"timed_out": True}, "limit hit"),
-    ({}, {"leftovers": 2}, "isolation event"),
-    ({}, {"finished": False, "log_tail": "boom"}, "isolation event"),
-    ({0: {"index": 0, "status": "ok", "records": [{"event": "blocked-call", "helper": "h.f"}]}}, {},
-     "copied reference code"),
-])
+@pytest.mark.parametrize(
+    "records, execution, category",
+    [
+        ({0: {"index": 0, "status": "error", "ename": "CellTimeoutError", "stuck": True}}, {}, "limit hit"),
+        ({0: {"index": 0, "status": "error", "ename": "MemoryError"}}, {}, "limit hit"),
+        (
+            {0: {"index": 0, "status": "error", "ename": "OSError", "evalue": "File too large"}},
+            {},
+            "limit hit",
+        ),
+        (
+            {0: {"index": 0, "status": "error", "ename": "OSError", "evalue": "No space left"}},
+            {},
+            "limit hit",
+        ),
+        ({0: {"index": 0, "status": "error", "ename": "BlockingIOError"}}, {}, "limit hit"),
+        ({0: {"index": 0, "status": "died"}}, {}, "limit hit"),
+        ({0: {"index": 0, "status": "ok", "text": "x [output truncated]"}}, {}, "limit hit"),
+        ({0: {"index": 0, "status": "ok", "records_overflow": "too many"}}, {}, "limit hit"),
+        ({}, {"timed_out": True}, "limit hit"),
+        ({}, {"leftovers": 2}, "isolation event"),
+        ({}, {"finished": False, "log_tail": "boom"}, "isolation event"),
+        (
+            {0: {"index": 0, "status": "ok", "records": [{"event": "blocked-call", "helper": "h.f"}]}},
+            {},
+            "copied reference code",
+        ),
+        ({0: {"index": 0, "status": "error", "ename": "OutputTooLarge"}}, {}, "limit hit"),
+        (
+            {
+                0: {
+                    "index": 0,
+                    "status": "error",
+                    "ename": "NotebookCapReached",
+                    "notebook_cap": "more than 10,000 hidden-check records",
+                }
+            },
+            {},
+            "limit hit",
+        ),
+        (
+            {0: {"index": 0, "status": "ok", "records": [{"event": "blocked-call", "helper": ["h.f"]}]}},
+            {},
+            "malformed kernel data",
+        ),
+    ],
+)
 def test_review_reads_the_graders_own_reasons(records, execution, category):
     reason = "; ".join(_reasons_for(records, **execution))
     assert reason
@@ -120,14 +153,31 @@ def test_review_reads_the_graders_own_reasons(records, execution, category):
 
 def test_review_flags_edited_tests_copies_and_files():
     tests = {g: {"cell_type": "code", "source": "check()"} for g in ("t1", "t2", "t3")}
-    mine = {"t2": {"cell_type": "markdown", "source": "check()"},
-            "t3": {"cell_type": "code", "source": "pass"}}
+    mine = {
+        "t2": {"cell_type": "markdown", "source": "check()"},
+        "t3": {"cell_type": "code", "source": "pass"},
+    }
     for note in _test_cell_notes(tests, mine, tests):
         row = StudentRow("ada", {"01": Outcome("ada", "01", 0, 2, note)})
         assert review_reasons(row) == ["test cells edited"], note
-    copied = Outcome("ada", "01", 2, 2, "answer ex1 copies helpers.roofline.intensity — review",
-                     flags=["answer ex1 copies helpers.roofline.intensity — review"])
+    copied = Outcome(
+        "ada",
+        "01",
+        2,
+        2,
+        "answer ex1 copies helpers.roofline.intensity — review",
+        flags=["answer ex1 copies helpers.roofline.intensity — review"],
+    )
     assert review_reasons(StudentRow("ada", {"01": copied})) == ["copied reference code"]
+    for note in (
+        "answer ex8 rebinds helpers.bench.count_host_syncs — review",
+        "answer ex1 uses exec, which can copy helper code — review",
+        "added cell 1 could not be read by the copy check (line 1: invalid syntax) — review",
+    ):
+        row = StudentRow("ada", {"01": Outcome("ada", "01", 2, 2, note, flags=[note])})
+        assert review_reasons(row) == ["copied reference code"], note
+    unknown = StudentRow("ada", {"01": Outcome("ada", "01", 0, 2, "something new — review")})
+    assert review_reasons(unknown) == ["other review"]
     linked = StudentRow("eve", {}, ["the student folder is a symbolic link; not followed, nothing graded"])
     assert review_reasons(linked) == ["unusual files"]
     honest = StudentRow("bob", {"01": Outcome("bob", "01", 0, 2, "missing 01_x.ipynb")})
@@ -135,20 +185,31 @@ def test_review_flags_edited_tests_copies_and_files():
 
 
 def _verdict(status="failed", ename="", visible="", hidden_failed=0):
-    return {"grade_id": "ex1_test", "points": 0.0, "max_points": 2.0, "status": status, "ename": ename,
-            "visible": visible, "hidden_failed": hidden_failed, "hidden_total": 3}
+    return {
+        "grade_id": "ex1_test",
+        "points": 0.0,
+        "max_points": 2.0,
+        "status": status,
+        "ename": ename,
+        "visible": visible,
+        "hidden_failed": hidden_failed,
+        "hidden_total": 3,
+    }
 
 
 def test_failure_kinds_and_messages():
-    wrong = _verdict(ename="CheckFailed", visible="✓ shape\nCheckFailed: ✗ FLOPs: expected 8, got 4.\n"
-                                                  "  Hint: a multiply-add is 2 FLOPs")
+    wrong = _verdict(
+        ename="CheckFailed",
+        visible="✓ shape\nCheckFailed: ✗ FLOPs: expected 8, got 4.\n  Hint: a multiply-add is 2 FLOPs",
+    )
     assert failure_kind(wrong) == WRONG_VISIBLE and failure_message(wrong) == "✗ FLOPs: expected 8"
     chinese = _verdict(ename="CheckFailed", visible="CheckFailed: ✗ FLOPs：期望 8，实际得到 4。")
     assert failure_message(chinese) == "✗ FLOPs：期望 8"  # a zh submission's message, grouped alike
     stub = _verdict(ename="NotImplementedError", visible="NotImplementedError: replace this line")
     assert failure_kind(stub) == NOT_ATTEMPTED
-    hidden = _verdict(visible="✓ FLOPs\nhidden tests: 2 of 3 checks failed (details are not shown)",
-                      hidden_failed=2)
+    hidden = _verdict(
+        visible="✓ FLOPs\nhidden tests: 2 of 3 checks failed (details are not shown)", hidden_failed=2
+    )
     assert failure_kind(hidden) == WRONG_HIDDEN and "hidden tests failed" in failure_message(hidden)
     broken = _verdict(ename="TypeError", visible="TypeError: unsupported operand")
     assert failure_kind(broken) == ERROR and failure_message(broken) == "TypeError: unsupported operand"
@@ -158,43 +219,56 @@ def test_failure_kinds_and_messages():
 
 def test_hints_name_cells_to_look_at():
     broken = CellStats("01", "ex1", 2, graded=10, passed=0, kinds=Counter({ERROR: 8, NOT_ATTEMPTED: 2}))
-    assert broken.hints()[:2] == ["none of the 8 who answered passed: broken, or too hard?",
-                                  "most failures are errors, not wrong values: are the instructions clear?"]
-    lenient = CellStats("01", "ex2", 2, graded=10, passed=5,
-                        kinds=Counter({WRONG_HIDDEN: 4, WRONG_VISIBLE: 1}))
-    assert lenient.hints() == ["most failures pass the visible checks: add a visible check for the "
-                               "common mistake?"]
+    assert broken.hints()[:2] == [
+        "none of the 8 who answered passed: broken, or too hard?",
+        "most failures are errors, not wrong values: are the instructions clear?",
+    ]
+    lenient = CellStats(
+        "01", "ex2", 2, graded=10, passed=5, kinds=Counter({WRONG_HIDDEN: 4, WRONG_VISIBLE: 1})
+    )
+    assert lenient.hints() == [
+        "most failures pass the visible checks: add a visible check for the common mistake?"
+    ]
     assert CellStats("01", "ex3", 2, graded=10, passed=9, kinds=Counter({WRONG_VISIBLE: 1})).hints() == []
 
 
 def test_merge_and_report_need_neither_torch_nor_nbgrader():
-    code = ("import sys, trainperf.cli, trainperf.grading.parts, trainperf.report; "
-            "print(sorted(m for m in ('torch', 'nbgrader', 'helpers') if m in sys.modules))")
+    # the helpers package's own body (trainperf.__version__ is its __version__) but no chapter
+    code = (
+        "import sys, trainperf.cli, trainperf.grading.parts, trainperf.grading.class_report; "
+        "print(sorted(m for m in sys.modules if m in ('torch', 'nbgrader') or m.startswith('helpers.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 # --- recipes ---------------------------------------------------------------------------------
 
+
 def _tool(name: str) -> str:
     path = shutil.which(name, path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    assert path, f"{name} is missing: pip install -e '.[course]'"
+    assert path, f"{name} is missing: pip install -e '.[dev]'"
     return path
 
 
 @pytest.mark.parametrize("recipe", ["github-actions.yml", "github-pages.yml"])
 def test_github_actions_workflow_passes_actionlint(recipe):
-    result = subprocess.run([_tool("actionlint"), "-no-color", str(RECIPES / recipe)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [_tool("actionlint"), "-no-color", str(RECIPES / recipe)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_actionlint_catches_a_broken_workflow(tmp_path):
-    broken = (RECIPES / "github-actions.yml").read_text().replace("part-${{ matrix.shard }}",
-                                                                  "part-${{ matrix.shrd }}")
+    broken = (
+        (RECIPES / "github-actions.yml")
+        .read_text()
+        .replace("part-${{ matrix.shard }}", "part-${{ matrix.shrd }}")
+    )
     (tmp_path / "w.yml").write_text(broken)
-    result = subprocess.run([_tool("actionlint"), "-no-color", str(tmp_path / "w.yml")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [_tool("actionlint"), "-no-color", str(tmp_path / "w.yml")], capture_output=True, text=True
+    )
     assert result.returncode != 0 and 'property "shrd" is not defined' in result.stdout
 
 
@@ -215,16 +289,18 @@ def test_github_actions_shards_and_merge_fit_together():
 
 @pytest.mark.parametrize("name", ["kubernetes-grade.yaml", "kubernetes-merge.yaml"])
 def test_kubernetes_manifests_validate_against_the_schema(name):
-    result = subprocess.run([_tool("kubernetes-validate"), "--strict", str(RECIPES / name)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [_tool("kubernetes-validate"), "--strict", str(RECIPES / name)], capture_output=True, text=True
+    )
     assert result.returncode == 0 and "passed" in result.stdout, result.stdout + result.stderr
 
 
 def test_kubernetes_validate_catches_a_broken_manifest(tmp_path):
     broken = (RECIPES / "kubernetes-grade.yaml").read_text().replace("completions: 4", "completions: four")
     (tmp_path / "job.yaml").write_text(broken)
-    result = subprocess.run([_tool("kubernetes-validate"), "--strict", str(tmp_path / "job.yaml")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [_tool("kubernetes-validate"), "--strict", str(tmp_path / "job.yaml")], capture_output=True, text=True
+    )
     assert result.returncode != 0
 
 
@@ -242,14 +318,30 @@ def test_kubernetes_pod_i_grades_shard_i_plus_one(tmp_path):
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == spec["parallelism"] == int(env["SHARDS"])
     _stand_in(tmp_path / "bin", "trainperf", 'echo "$@" > "$LOG"')
-    result = subprocess.run([*container["command"], *container["args"]], capture_output=True, text=True,
-                            env={**os.environ, **env, "JOB_COMPLETION_INDEX": "2",
-                                 "LOG": str(tmp_path / "log"),
-                                 "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"})
+    result = subprocess.run(
+        [*container["command"], *container["args"]],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            **env,
+            "JOB_COMPLETION_INDEX": "2",
+            "LOG": str(tmp_path / "log"),
+            "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        },
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "log").read_text().split() == [
-        "grade", "/submissions", "--shard", "3/4", "--out", "/grades/part-3.csv", "--jobs", "2",
-        "--require-isolation"]
+        "grade",
+        "/submissions",
+        "--shard",
+        "3/4",
+        "--out",
+        "/grades/part-3.csv",
+        "--jobs",
+        "2",
+        "--require-isolation",
+    ]
 
 
 def test_slurm_script_parses_and_passes_shellcheck():
@@ -268,24 +360,39 @@ def test_slurm_script_submits_an_array_and_a_merge_that_waits_for_it(tmp_path):
     (tmp_path / "subs").mkdir()
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     script = str(RECIPES / "slurm-grade.sh")
-    result = subprocess.run(["bash", script, str(tmp_path / "subs"), str(tmp_path / "out"), "4"],
-                            capture_output=True, text=True, env=env)
+    result = subprocess.run(
+        ["bash", script, str(tmp_path / "subs"), str(tmp_path / "out"), "4"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     array, merge = log.read_text().splitlines()
     assert "--array=1-4" in array and array.endswith(f"--task {tmp_path / 'subs'} {tmp_path / 'out'} 4")
     assert "--dependency=afterok:4242 " in merge and merge.endswith(f"--merge {tmp_path / 'out'}")
     log.unlink()
     # what array task 3 and the merge job then run
-    task = subprocess.run(["bash", script, "--task", "SUBS", "OUT", "4"], capture_output=True, text=True,
-                          env={**env, "SLURM_ARRAY_TASK_ID": "3", "TRAINPERF_ROOT": str(ROOT),
-                               "TRAINPERF_GRADE_ARGS": "--chapters 1 2"})
+    task = subprocess.run(
+        ["bash", script, "--task", "SUBS", "OUT", "4"],
+        capture_output=True,
+        text=True,
+        env={
+            **env,
+            "SLURM_ARRAY_TASK_ID": "3",
+            "TRAINPERF_ROOT": str(ROOT),
+            "TRAINPERF_GRADE_ARGS": "--chapters 1 2",
+        },
+    )
     assert task.returncode == 0, task.stderr
     subprocess.run(["bash", script, "--merge", "OUT"], check=True, env=env)
     grade, merge_call, report = log.read_text().splitlines()
-    assert grade == (f"trainperf --root {ROOT} grade SUBS --shard 3/4 --out OUT/part-3.csv --jobs 2 "
-                     "--chapters 1 2 | shard=3")
-    assert merge_call.startswith("trainperf merge OUT/part-*.csv --out OUT/grades.csv "
-                                 "--feedback OUT/feedback")
+    assert grade == (
+        f"trainperf --root {ROOT} grade SUBS --shard 3/4 --out OUT/part-3.csv --jobs 2 "
+        "--chapters 1 2 | shard=3"
+    )
+    assert merge_call.startswith(
+        "trainperf merge OUT/part-*.csv --out OUT/grades.csv --feedback OUT/feedback"
+    )
     assert report.startswith("trainperf report OUT/grades.csv --out OUT/report")
 
 
@@ -304,33 +411,63 @@ def _synthetic_class(folder: Path) -> Path:
 
     def outcome(student, verdicts, reason="", seconds=1.0, flags=()):
         points = sum(v["points"] for v in verdicts)
-        return Outcome(student, "01_x", points, 4.0, reason, seconds,
-                       {v["grade_id"]: (v["points"], v["max_points"]) for v in verdicts}, {}, verdicts,
-                       "k", list(flags))
+        return Outcome(
+            student,
+            "01_x",
+            points,
+            4.0,
+            reason,
+            seconds,
+            {v["grade_id"]: (v["points"], v["max_points"]) for v in verdicts},
+            {},
+            verdicts,
+            "k",
+            list(flags),
+        )
 
     def verdict(cell, ok, **kw):
-        return {**_verdict(status="ok" if ok else "failed", **kw), "grade_id": cell,
-                "points": 2.0 if ok else 0.0}
+        return {
+            **_verdict(status="ok" if ok else "failed", **kw),
+            "grade_id": cell,
+            "points": 2.0 if ok else 0.0,
+        }
 
     wrong = {"ename": "CheckFailed", "visible": "CheckFailed: ✗ FLOPs: expected 8, got 5."}
     rows = [
         StudentRow("ada", {"01_x": outcome("ada", [verdict("ex1", True), verdict("ex2", True)], seconds=9)}),
-        StudentRow("bob", {"01_x": outcome("bob", [verdict("ex1", False, **wrong), verdict("ex2", True)],
-                                           "answer ex2 ran out of memory (limit 6144 MiB)")}),
-        StudentRow("cy", {"01_x": outcome("cy", [verdict("ex1", False, **wrong), verdict("ex2", True)],
-                                          "answer ex2 copies helpers.x.f — review",
-                                          flags=["answer ex2 copies helpers.x.f — review"])}),
+        StudentRow(
+            "bob",
+            {
+                "01_x": outcome(
+                    "bob",
+                    [verdict("ex1", False, **wrong), verdict("ex2", True)],
+                    "answer ex2 ran out of memory (limit 6144 MiB)",
+                )
+            },
+        ),
+        StudentRow(
+            "cy",
+            {
+                "01_x": outcome(
+                    "cy",
+                    [verdict("ex1", False, **wrong), verdict("ex2", True)],
+                    "answer ex2 copies helpers.x.f — review",
+                    flags=["answer ex2 copies helpers.x.f — review"],
+                )
+            },
+        ),
         StudentRow("dan", {"01_x": Outcome("dan", "01_x", 0.0, 4.0, "missing 01_x.ipynb")}),
     ]
     grades = folder / "grades.csv"
     write_csv(rows, ["01_x"], grades)
-    write_details(grades, rows, ["01_x"], course_version({"01_x": "h"}, "60"), Shard(1, 1),
-                  ClassSummary(4, 3, "d"))
+    write_details(
+        grades, rows, ["01_x"], course_version({"01_x": "h"}, "60"), Shard(1, 1), ClassSummary(4, 3, "d")
+    )
     return grades
 
 
 def test_report_of_a_synthetic_class(tmp_path):
-    from trainperf.report import report
+    from trainperf.grading.class_report import report
 
     page = report(_synthetic_class(tmp_path), tmp_path / "report").read_text()
     with open(tmp_path / "report" / "cells.csv", encoding="utf-8") as fh:
@@ -341,7 +478,7 @@ def test_report_of_a_synthetic_class(tmp_path):
     with open(tmp_path / "report" / "review.csv", encoding="utf-8") as fh:
         review = {r["student_id"]: r["flagged for"] for r in csv.DictReader(fh)}
     assert review == {"bob": "limit hit", "cy": "copied reference code"}
-    slowest = page[page.index("Slowest notebooks (3)"):]
+    slowest = page[page.index("Slowest notebooks (3)") :]
     assert slowest.index(">ada<") < slowest.index(">bob<")  # 9 s first; dan was not graded
     assert (tmp_path / "report" / "scores.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -365,7 +502,7 @@ def test_report_refuses_a_csv_edited_after_grading(tmp_path, capsys):
 def test_report_keeps_unanswered_apart_from_failed():
     from collections import Counter
 
-    from trainperf.report import NOT_ATTEMPTED, WRONG_VISIBLE, CellStats
+    from trainperf.grading.class_report import NOT_ATTEMPTED, WRONG_VISIBLE, CellStats
 
     blank = CellStats("01_x", "ex1", 2.0, graded=10, passed=2, kinds=Counter({NOT_ATTEMPTED: 8}))
     assert blank.pass_rate == 0.2 and blank.attempted == 2 and blank.attempted_pass_rate == 1.0
@@ -377,13 +514,14 @@ def test_report_keeps_unanswered_apart_from_failed():
 
 
 def test_report_names_the_limits_and_ends_the_axis_at_the_maximum():
+    from trainperf.grading.class_report import describe_limits, score_bins
     from trainperf.grading.grade import Limits
-    from trainperf.report import describe_limits, score_bins
 
     assert describe_limits(Limits().key()) == (
         "cell 60 s, notebook 600 s, memory 6144 MiB, largest file 256 MiB, scratch disk 1024 MiB, "
-        "processes 256, output kept per cell 20000 characters")
-    uncapped = describe_limits(Limits(memory_mb=None).key())
+        "processes 256, output kept per cell 20000 characters"
+    )
+    uncapped = describe_limits(Limits(memory_mib=None).key())
     assert uncapped.startswith("cell 60 s, notebook 600 s, memory no cap")
     assert describe_limits("30:600") == "30:600"  # another shape: shown as it is
     assert score_bins(9)[0] == -0.5 and score_bins(9)[-1] == 9.5 and len(score_bins(9)) == 11

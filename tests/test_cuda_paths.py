@@ -53,8 +53,11 @@ class FakeGPU:
         monkeypatch.setattr(cuda, "reset_peak_memory_stats", self._reset)
         monkeypatch.setattr(cuda, "max_memory_allocated", lambda device=None: self.peak)
         monkeypatch.setattr(cuda, "get_device_name", lambda device=None: self.name)
-        monkeypatch.setattr(cuda, "get_device_properties", lambda device=0: types.SimpleNamespace(
-            name=self.name, total_memory=int(self.total_memory)))
+        monkeypatch.setattr(
+            cuda,
+            "get_device_properties",
+            lambda device=0: types.SimpleNamespace(name=self.name, total_memory=int(self.total_memory)),
+        )
         monkeypatch.setattr(cuda, "manual_seed_all", lambda seed: None)
         return self
 
@@ -117,6 +120,7 @@ def on_meta(monkeypatch) -> None:
 
 # --------------------------------------------------------------------------- bench
 
+
 def test_auto_and_cuda_resolve_to_the_gpu_when_one_is_visible(gpu):
     assert bench.resolve_device("auto") == torch.device("cuda")
     assert bench.resolve_device("cuda:0") == torch.device("cuda:0")
@@ -141,14 +145,15 @@ def test_measure_times_each_call_with_synchronised_cuda_events(gpu, monkeypatch)
     assert result.peak_allocated_bytes == 3_000
     log = gpu.log
     assert log.index("reset_peak") > [i for i, e in enumerate(log) if e == "work"][1]
-    timed = log[log.index("reset_peak") + 1:]
+    timed = log[log.index("reset_peak") + 1 :]
     assert timed == ["record", "work", "record", "event_sync"] * 3, timed
 
 
 def test_measure_with_an_injected_clock_uses_no_cuda_events(gpu, monkeypatch):
     monkeypatch.setattr(torch.cuda, "Event", lambda **kw: pytest.fail("no CUDA events with a clock"))
-    result = bench.measure(lambda: gpu.work(1.0, 500), warmup=1, iters=2, device="cuda",
-                           clock=HostClock(), sync=lambda: None)
+    result = bench.measure(
+        lambda: gpu.work(1.0, 500), warmup=1, iters=2, device="cuda", clock=HostClock(), sync=lambda: None
+    )
     assert result.samples == [1.0, 1.0]
     assert result.peak_allocated_bytes == 500  # memory is still read on CUDA
 
@@ -157,8 +162,15 @@ def test_compare_speed_times_each_sample_with_cuda_events(gpu, monkeypatch):
     from helpers.bench import _speed
 
     monkeypatch.setattr(_speed, "time", types.SimpleNamespace(perf_counter=HostClock()))
-    result = bench.compare_speed(lambda: gpu.work(2.0), lambda: gpu.work(1.0), device="cuda", number=1,
-                                 min_pairs=4, max_pairs=4, warmup=1)
+    result = bench.compare_speed(
+        lambda: gpu.work(2.0),
+        lambda: gpu.work(1.0),
+        device="cuda",
+        number=1,
+        min_pairs=4,
+        max_pairs=4,
+        warmup=1,
+    )
     # device time from the events, not the host clock (which moves 1 s per reading)
     assert result.baseline.samples == pytest.approx([0.002] * 4) and result.device == "cuda"
     assert result.speedup == pytest.approx(2.0) and result.verdict == "faster"
@@ -181,8 +193,14 @@ def test_profile_sync_events_counts_blocking_calls_and_drops_its_own_sync(gpu, m
             return False
 
         def key_averages(self):
-            rows = [("cudaStreamSynchronize", 3), ("cudaDeviceSynchronize", 1), ("cudaMemcpyAsync", 3),
-                    ("aten::mm", 6), ("cudaLaunchKernel", 9), ("cudaEventSynchronize", 0)]
+            rows = [
+                ("cudaStreamSynchronize", 3),
+                ("cudaDeviceSynchronize", 1),
+                ("cudaMemcpyAsync", 3),
+                ("aten::mm", 6),
+                ("cudaLaunchKernel", 9),
+                ("cudaEventSynchronize", 0),
+            ]
             return [types.SimpleNamespace(key=k, count=c) for k, c in rows]
 
     monkeypatch.setattr(tp, "profile", FakeProfile)
@@ -194,17 +212,21 @@ def test_profile_sync_events_counts_blocking_calls_and_drops_its_own_sync(gpu, m
 
 # --------------------------------------------------------------------------- hardware / env
 
-@pytest.mark.parametrize("name,memory,entry", [
-    ("NVIDIA H200", 141e9, "H200"),
-    ("NVIDIA H100 80GB HBM3", 80e9, "H100 SXM"),
-    ("NVIDIA H100 PCIe", 80e9, "H100 PCIe"),
-    ("NVIDIA A100-SXM4-40GB", 40e9, "A100 40GB SXM"),
-    ("NVIDIA A100-SXM4-80GB", 80e9, "A100 80GB SXM"),
-    ("NVIDIA A100-SXM4", 85e9, "A100 80GB SXM"),  # name without size: the memory decides
-    ("Tesla T4", 15e9, "T4"),
-    ("NVIDIA L4", 23e9, "L4"),
-    ("NVIDIA GeForce RTX 4090", 24e9, None),  # not in the table: no datasheet peak
-])
+
+@pytest.mark.parametrize(
+    "name,memory,entry",
+    [
+        ("NVIDIA H200", 141e9, "H200"),
+        ("NVIDIA H100 80GB HBM3", 80e9, "H100 SXM"),
+        ("NVIDIA H100 PCIe", 80e9, "H100 PCIe"),
+        ("NVIDIA A100-SXM4-40GB", 40e9, "A100 40GB SXM"),
+        ("NVIDIA A100-SXM4-80GB", 80e9, "A100 80GB SXM"),
+        ("NVIDIA A100-SXM4", 85e9, "A100 80GB SXM"),  # name without size: the memory decides
+        ("Tesla T4", 15e9, "T4"),
+        ("NVIDIA L4", 23e9, "L4"),
+        ("NVIDIA GeForce RTX 4090", 24e9, None),  # not in the table: no datasheet peak
+    ],
+)
 def test_detect_gpu_reads_the_device_properties(monkeypatch, name, memory, entry):
     FakeGPU(name, memory).install(monkeypatch)
     spec = hardware.detect_gpu()
@@ -238,8 +260,9 @@ def tf32_off():
 
 
 @pytest.mark.parametrize("quick,n,mib", [(True, 4096, 512), (False, 8192, 2048)])
-def test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32(gpu, monkeypatch, tf32_off,
-                                                                        quick, n, mib):
+def test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32(
+    gpu, monkeypatch, tf32_off, quick, n, mib
+):
     on_meta(monkeypatch)
     runs = []
 
@@ -253,8 +276,11 @@ def test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32(gpu, monk
     assert result.name == "NVIDIA H200" and result.gemm_n == n
     assert list(result.gemm_flops) == ["fp32", "tf32", "bf16"]
     gemms, copy = runs[:3], runs[3]
-    assert [(r[1], r[2]) for r in gemms] == [(torch.float32, False), (torch.float32, True),
-                                              (torch.bfloat16, False)]  # TF32 only for "tf32"
+    assert [(r[1], r[2]) for r in gemms] == [
+        (torch.float32, False),
+        (torch.float32, True),
+        (torch.bfloat16, False),
+    ]  # TF32 only for "tf32"
     assert all(r[0] == (n, n) and r[3] == (5 if quick else 20) for r in gemms)
     assert torch.backends.cuda.matmul.allow_tf32 is False  # restored
     assert result.gemm_flops["bf16"] == pytest.approx(2 * n**3 / 0.002)  # a roof: the fastest run
@@ -263,8 +289,7 @@ def test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32(gpu, monk
 
 
 def test_the_copy_buffer_on_a_gpu_is_eight_times_its_l2_cache(gpu, monkeypatch):
-    props = types.SimpleNamespace(name=gpu.name, total_memory=int(gpu.total_memory),
-                                  L2_cache_size=60 * 2**20)
+    props = types.SimpleNamespace(name=gpu.name, total_memory=int(gpu.total_memory), L2_cache_size=60 * 2**20)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=0: props)
     l2 = (60 * 2**20, "the GPU's L2 cache (torch.cuda.get_device_properties)")
     assert hardware.last_level_cache("cuda") == l2
@@ -287,6 +312,7 @@ def test_measure_device_restores_tf32_when_a_gemm_fails(gpu, monkeypatch, tf32_o
 
 # --------------------------------------------------------------------------- mfu / models
 
+
 def test_device_peak_on_a_known_gpu_is_the_dense_datasheet_figure(gpu, monkeypatch):
     monkeypatch.setattr(hardware, "measure_device", lambda *a, **k: pytest.fail("must not measure"))
     bf16 = mfu.device_peak("cuda", "bfloat16")
@@ -295,8 +321,13 @@ def test_device_peak_on_a_known_gpu_is_the_dense_datasheet_figure(gpu, monkeypat
     assert mfu.device_peak("cuda", "fp8").flops == 1979e12
 
 
-@pytest.mark.parametrize("gpu_name,dtype", [("NVIDIA GeForce RTX 4090", "bf16"),  # not in table
-                                            ("NVIDIA A100-SXM4-80GB", "fp8")])  # no such peak
+@pytest.mark.parametrize(
+    "gpu_name,dtype",
+    [
+        ("NVIDIA GeForce RTX 4090", "bf16"),  # not in table
+        ("NVIDIA A100-SXM4-80GB", "fp8"),
+    ],
+)  # no such peak
 def test_device_peak_without_a_datasheet_figure_is_measured(monkeypatch, gpu_name, dtype):
     FakeGPU(gpu_name, 80e9).install(monkeypatch)
     run = Measurement([0.010, 0.008, 0.012], 0.5, "cuda")
@@ -326,8 +357,11 @@ def test_measure_training_on_a_gpu_uses_bf16_autocast_and_the_bf16_datasheet_pea
     monkeypatch.setattr(models, "make_batch", lambda cfg, b, s, dev: batch(cfg, b, s, "cpu"))
     autocasts = []
     real_autocast = torch.autocast
-    monkeypatch.setattr(torch, "autocast", lambda device_type, dtype: autocasts.append(dtype)
-                        or real_autocast("cpu", dtype=dtype))
+    monkeypatch.setattr(
+        torch,
+        "autocast",
+        lambda device_type, dtype: autocasts.append(dtype) or real_autocast("cpu", dtype=dtype),
+    )
     gpu.tick_ms = 2.5  # each event record: 2.5 ms of device work -> 2.5 ms per timed step
     run = mfu.measure_training("tiny", batch_size=2, seq_len=16, device="cuda", warmup=1, iters=2)
     assert run.autocast == "bf16" and set(autocasts) == {torch.bfloat16}
@@ -340,6 +374,7 @@ def test_measure_training_on_a_gpu_uses_bf16_autocast_and_the_bf16_datasheet_pea
 
 # --------------------------------------------------------------------------- nvtx
 
+
 @pytest.fixture
 def torch_nvtx(monkeypatch):
     """A CUDA build's NVTX: ``torch._C._nvtx`` exists and range_push/pop reach it."""
@@ -347,7 +382,7 @@ def torch_nvtx(monkeypatch):
     monkeypatch.setattr(torch._C, "_nvtx", types.ModuleType("_nvtx"), raising=False)
     monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(("push", name)))
     monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append(("pop", None)))
-    monkeypatch.setattr(nvtx, "_disabled", False)
+    monkeypatch.setattr(nvtx._annotate, "_disabled", False)
     nvtx.nvtx_backend.cache_clear()
     yield calls
     nvtx.nvtx_backend.cache_clear()
@@ -370,7 +405,7 @@ def test_a_failing_nvtx_call_disables_nvtx_but_not_the_range(torch_nvtx, monkeyp
         pass
     with nvtx.annotate("backward"):
         pass
-    assert torch_nvtx == [] and nvtx._disabled  # no pop without a push; training went on
+    assert torch_nvtx == [] and nvtx._annotate._disabled  # no pop without a push; training went on
 
 
 def test_top_operators_adds_cuda_activity_on_a_gpu(gpu, monkeypatch):
@@ -412,8 +447,13 @@ def test_nvtx_demo_loop_runs_on_the_gpu_with_a_capture_window(gpu, monkeypatch, 
     monkeypatch.setattr(torch.cuda.profiler, "start", lambda: gpu.log.append("profiler_start"))
     monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: gpu.log.append("profiler_stop"))
     asked, real_setup = [], nvtx.demo_setup
-    monkeypatch.setattr(nvtx, "demo_setup", lambda device, **kw: asked.append(device)
-                        or real_setup("cpu", **{**kw, "width": 16, "batch_size": 4}))
+    monkeypatch.setattr(
+        nvtx._loop,
+        "demo_setup",
+        lambda device, **kw: (
+            asked.append(device) or real_setup("cpu", **{**kw, "width": 16, "batch_size": 4})
+        ),
+    )
     nvtx._demo_main(["--steps", "3", "--first", "1", "--last", "2"])
     out = capsys.readouterr().out
     assert asked == ["cuda"] and "3 steps on cuda" in out
@@ -422,8 +462,9 @@ def test_nvtx_demo_loop_runs_on_the_gpu_with_a_capture_window(gpu, monkeypatch, 
 
 
 @pytest.mark.parametrize("failure", [None, RuntimeError("nsys: no CUDA events captured")])
-def test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples(gpu, monkeypatch,
-                                                                            tmp_path, failure):
+def test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples(
+    gpu, monkeypatch, tmp_path, failure
+):
     from helpers import nsys
 
     def fake_capture():
@@ -445,6 +486,7 @@ def test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples(gpu, 
 
 # --------------------------------------------------------------------------- distributed
 
+
 def test_record_ddp_on_cuda_runs_ranks_as_fresh_processes(gpu, monkeypatch, tmp_path):
     from helpers.timeline import _ddp
 
@@ -458,21 +500,30 @@ def test_record_ddp_on_cuda_runs_ranks_as_fresh_processes(gpu, monkeypatch, tmp_
 
 # --------------------------------------------------------------------------- memory / checkpointing
 
+
 @pytest.fixture
 def allocator(gpu, monkeypatch):
     """The caching allocator's counters and its recorded history, as a CUDA build has them."""
     state = {"allocated": 1_000, "reserved": 4_096}
-    trace = [{"action": "alloc", "size": 2_000, "time_us": 10},
-             {"action": "alloc", "size": 3_000, "time_us": 30},
-             {"action": "free_requested", "size": 2_000, "time_us": 40},
-             {"action": "free_completed", "size": 2_000, "time_us": 50}]
+    trace = [
+        {"action": "alloc", "size": 2_000, "time_us": 10},
+        {"action": "alloc", "size": 3_000, "time_us": 30},
+        {"action": "free_requested", "size": 2_000, "time_us": 40},
+        {"action": "free_completed", "size": 2_000, "time_us": 50},
+    ]
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: state["allocated"])
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: state["reserved"])
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history",
-                        lambda enabled="all", **kw: gpu.log.append(f"history {enabled}"))
-    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda device=None: gpu.log.append("snapshot")
-                        or {"segments": [], "device_traces": [trace]})
+    monkeypatch.setattr(
+        torch.cuda.memory,
+        "_record_memory_history",
+        lambda enabled="all", **kw: gpu.log.append(f"history {enabled}"),
+    )
+    monkeypatch.setattr(
+        torch.cuda.memory,
+        "_snapshot",
+        lambda device=None: gpu.log.append("snapshot") or {"segments": [], "device_traces": [trace]},
+    )
     return state
 
 
@@ -487,8 +538,12 @@ def test_cuda_memory_resets_the_peak_records_history_and_saves_a_snapshot(gpu, a
 
     result = memory.cuda_memory(step, snapshot=tmp_path / "snap.pickle")
     assert gpu.log == ["sync", "reset_peak", "history all", "work", "sync", "snapshot", "history None"]
-    assert (result.allocated_before, result.allocated_after, result.reserved_after, result.peak) == \
-        (1_000, 4_000, 8_192, 6_000)
+    assert (result.allocated_before, result.allocated_after, result.reserved_after, result.peak) == (
+        1_000,
+        4_000,
+        8_192,
+        6_000,
+    )
     assert result.timeline == [(0.0, 3_000), (0.02, 6_000), (0.04, 4_000)]  # from the 1 000 already there
     with open(result.snapshot_path, "rb") as f:
         assert pickle.load(f)["device_traces"][0][0]["size"] == 2_000
@@ -534,6 +589,7 @@ def test_compare_plans_on_a_gpu_reads_each_plans_cuda_peak(gpu, allocator, monke
 
 # --------------------------------------------------------------------------- compiling (chapter 7)
 
+
 @pytest.mark.parametrize("has_triton", [True, False])
 def test_pick_backend_on_a_gpu_needs_triton(gpu, monkeypatch, has_triton):
     import sys
@@ -546,6 +602,7 @@ def test_pick_backend_on_a_gpu_needs_triton(gpu, monkeypatch, has_triton):
 
 
 # --------------------------------------------------------------------------- precision (chapter 8)
+
 
 def test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak(gpu, monkeypatch):
     import matplotlib
@@ -566,10 +623,22 @@ def test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak(gpu, monk
     from helpers.precision import _training
 
     built = []
-    monkeypatch.setattr(_training, "_dtype_steps", lambda cfg, dev: built.append(("steps", str(dev))) or {
-        "fp32": lambda: gpu.work(0.30), "bf16": lambda: gpu.work(0.12)})
-    monkeypatch.setattr(_training, "_dtype_gemms", lambda n, dev: built.append(("gemms", n, str(dev))) or {
-        "fp32": lambda: gpu.work(0.14), "bf16": lambda: gpu.work(0.01)})
+    monkeypatch.setattr(
+        _training,
+        "_dtype_steps",
+        lambda cfg, dev: (
+            built.append(("steps", str(dev)))
+            or {"fp32": lambda: gpu.work(0.30), "bf16": lambda: gpu.work(0.12)}
+        ),
+    )
+    monkeypatch.setattr(
+        _training,
+        "_dtype_gemms",
+        lambda n, dev: (
+            built.append(("gemms", n, str(dev)))
+            or {"fp32": lambda: gpu.work(0.14), "bf16": lambda: gpu.work(0.01)}
+        ),
+    )
     result = precision.measure_speedups("cuda")
     assert built == [("gemms", 4096, "cuda"), ("steps", "cuda")]
     assert result.step_speed.device == "cuda" and result.step_speed.verdict == "faster"
@@ -579,8 +648,10 @@ def test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak(gpu, monk
     gpt2 = models.get_config("gpt2-small", seq_len=512)
     flops = mfu.model_flops_per_step(gpt2, 8, 512)  # the fake device's work is in ms
     assert result.step_s == {"fp32": pytest.approx(0.30e-3), "bf16": pytest.approx(0.12e-3)}
-    assert result.step_flops == {"fp32": pytest.approx(flops / 0.30e-3),
-                                 "bf16": pytest.approx(flops / 0.12e-3)}
+    assert result.step_flops == {
+        "fp32": pytest.approx(flops / 0.30e-3),
+        "bf16": pytest.approx(flops / 0.12e-3),
+    }
     text = result.format()
     assert "datasheet (helpers.hardware)" in text and f"{700e12 / 989.5e12:.0%} of the bf16 peak" in text
     ax = precision.plot_speedups(result)
@@ -597,13 +668,19 @@ def test_train_losses_on_a_gpu_autocast_on_cuda(gpu, monkeypatch):
     monkeypatch.setattr(_training, "pattern_batch", lambda cfg, b, seed, device: batch(cfg, b, seed=seed))
     autocasts = []
     real_autocast = torch.autocast
-    monkeypatch.setattr(torch, "autocast", lambda device_type, dtype: autocasts.append((device_type, dtype))
-                        or real_autocast("cpu", dtype=dtype))
+    monkeypatch.setattr(
+        torch,
+        "autocast",
+        lambda device_type, dtype: (
+            autocasts.append((device_type, dtype)) or real_autocast("cpu", dtype=dtype)
+        ),
+    )
     losses = precision.train_losses("tiny", steps=2, autocast="bf16", device="cuda", batch_size=2)
     assert len(losses) == 2 and autocasts == [("cuda", torch.bfloat16)] * 2
 
 
 # --------------------------------------------------------------------------- capstone (helpers.report)
+
 
 def test_capstone_gpu_baseline_is_gpt2_small_shaped_with_pinned_workers(gpu):
     from helpers.report import tuning
@@ -633,7 +710,7 @@ def test_capstone_device_helpers_on_cuda(gpu):
     gpu.work(1.0, 3 * 2**20)
     runner._reset_peak(dev)
     gpu.work(1.0, 5 * 2**20)
-    assert runner._peak_mb(dev) == 5.0 and runner._peak_mb(torch.device("cpu")) is None
+    assert runner._peak_mib(dev) == 5.0 and runner._peak_mib(torch.device("cpu")) is None
     assert gpu.log == ["work", "reset_peak", "work"]
 
 
@@ -650,11 +727,21 @@ def test_capstone_timed_windows_sync_only_at_window_edges_on_cuda(gpu, monkeypat
 
     clock = iter(range(1000))
     monkeypatch.setattr(runner, "time", types.SimpleNamespace(perf_counter=lambda: float(next(clock))))
-    cfg = tuning.RunConfig(models.get_config("tiny"), batch_size=2, seq_len=8, device="cuda", windows=2,
-                           steps_per_window=3, sync_every_step=False)
-    trainer = types.SimpleNamespace(config=cfg, device=torch.device("cuda"),
-                                    next_batch=lambda: gpu.log.append("batch") or (None, None),
-                                    step=lambda x, y: gpu.work(2.0, 7 * 2**20))
+    cfg = tuning.RunConfig(
+        models.get_config("tiny"),
+        batch_size=2,
+        seq_len=8,
+        device="cuda",
+        windows=2,
+        steps_per_window=3,
+        sync_every_step=False,
+    )
+    trainer = types.SimpleNamespace(
+        config=cfg,
+        device=torch.device("cuda"),
+        next_batch=lambda: gpu.log.append("batch") or (None, None),
+        step=lambda x, y: gpu.work(2.0, 7 * 2**20),
+    )
     samples, data_wait, peak = runner._timed_windows(trainer)
     window = ["sync"] + ["batch", "work"] * 3 + ["sync"]
     assert gpu.log == ["reset_peak"] + window * 2  # no sync inside a window
@@ -665,62 +752,69 @@ def test_capstone_timed_windows_sync_only_at_window_edges_on_cuda(gpu, monkeypat
 def test_the_capstone_report_on_a_gpu_lists_kernels_and_the_gpu_idle_share():
     from helpers import report
 
-    rows = [{"name": "baseline", "decision": "baseline", "device": "cuda:0",
-             "top_ops": [["ampere_sgemm_128x64_tn", 12.5], ["ncclKernel_AllReduce", 3.25]],
-             "device_idle_share": 0.25}]
+    rows = [
+        {
+            "name": "baseline",
+            "decision": "baseline",
+            "device": "cuda:0",
+            "top_ops": [["ampere_sgemm_128x64_tn", 12.5], ["ncclKernel_AllReduce", 3.25]],
+            "device_idle_share": 0.25,
+        }
+    ]
     lines = report.document._hot_spots(rows)
     assert lines[0].startswith("- baseline (baseline), top kernels, ms per step: ampere_sgemm_128x64_tn")
     assert lines[1] == "  - GPU idle: 25.0% of the profiled steps"
     for rep in report.example_gpu_reports().values():  # GPU-shaped examples: a CUDA peak, no saved bytes
-        assert all(r["device"] == "cuda" and r["peak_mem_mb"] > 0 and r["saved_mb"] is None
-                   for r in rep["rows"])
+        assert all(
+            r["device"] == "cuda" and r["peak_mem_mb"] > 0 and r["saved_mb"] is None for r in rep["rows"]
+        )
 
 
 # --------------------------------------------------------------------------- coverage guard
 
 COVERED = {  # function -> the test(s) above that exercise its CUDA branch
-    "bench._speed._Timer": "test_compare_speed_times_each_sample_with_cuda_events",
+    "bench._timing._Timer": "test_compare_speed_times_each_sample_with_cuda_events",
     "bench._timing.resolve_device": "test_auto_and_cuda_resolve_to_the_gpu_when_one_is_visible",
     "bench._timing.synchronize": "test_synchronize_waits_on_cuda_only",
     "bench._timing.measure": "test_measure_times_each_call_with_synchronised_cuda_events",
-    "bench._syncs.profile_sync_events":
-        "test_profile_sync_events_counts_blocking_calls_and_drops_its_own_sync",
+    "bench._syncs.profile_sync_events": (
+        "test_profile_sync_events_counts_blocking_calls_and_drops_its_own_sync"
+    ),
     "hardware.detect_gpu": "test_detect_gpu_reads_the_device_properties",
     "hardware._device_name": "test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32",
     "hardware.measure_device": "test_measure_device_on_cuda_times_fp32_tf32_bf16_and_restores_tf32",
     "env.setup": "test_setup_on_a_known_gpu_prints_its_datasheet_peaks",
     "env.Runtime": "test_setup_on_a_known_gpu_prints_its_datasheet_peaks",
     "mfu._measure.device_peak": "test_device_peak_on_a_known_gpu_is_the_dense_datasheet_figure",
-    "mfu._measure.measure_training":
-        "test_measure_training_on_a_gpu_uses_bf16_autocast_and_the_bf16_datasheet_peak",
+    "mfu._measure.measure_training": (
+        "test_measure_training_on_a_gpu_uses_bf16_autocast_and_the_bf16_datasheet_peak"
+    ),
     "models.course_config": "test_course_config_on_a_gpu_is_gpt2_small",
-    "nvtx.nvtx_backend": "test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges",
-    "nvtx.try_torch_nvtx": "test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges",
-    "nvtx._push": "test_a_failing_nvtx_call_disables_nvtx_but_not_the_range",
-    "nvtx._pop": "test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges",
-    "nvtx.CudaProfilerRange": "test_cuda_profiler_range_syncs_then_starts_and_stops_the_capture",
-    "nvtx.top_operators": "test_top_operators_adds_cuda_activity_on_a_gpu",
-    "nvtx._demo_main": "test_nvtx_demo_loop_runs_on_the_gpu_with_a_capture_window",
-    "nsys._capture.example_or_capture":
-        "test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples",
+    "nvtx._annotate.nvtx_backend": "test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges",
+    "nvtx._annotate.try_torch_nvtx": "test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges",
+    "nvtx._annotate._push": "test_a_failing_nvtx_call_disables_nvtx_but_not_the_range",
+    "nvtx._annotate._pop": "test_annotate_pushes_and_pops_torch_cuda_nvtx_ranges",
+    "nvtx._schedule.CudaProfilerRange": "test_cuda_profiler_range_syncs_then_starts_and_stops_the_capture",
+    "nvtx._record.top_operators": "test_top_operators_adds_cuda_activity_on_a_gpu",
+    "nvtx._loop._demo_main": "test_nvtx_demo_loop_runs_on_the_gpu_with_a_capture_window",
+    "nsys._capture.example_or_capture": (
+        "test_nsys_capture_is_used_on_a_gpu_and_falls_back_to_labelled_examples"
+    ),
     "timeline._ddp.record_ddp": "test_record_ddp_on_cuda_runs_ranks_as_fresh_processes",
     "memory._cuda.cuda_memory": "test_cuda_memory_resets_the_peak_records_history_and_saves_a_snapshot",
     "checkpointing._plans.compare_plans": "test_compare_plans_on_a_gpu_reads_each_plans_cuda_peak",
-
-
     "compiling._report.pick_backend": "test_pick_backend_on_a_gpu_needs_triton",
     "hardware.last_level_cache": "test_the_copy_buffer_on_a_gpu_is_eight_times_its_l2_cache",
     "precision._training._dtype_steps": "test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak",
-    "precision._training.measure_speedups":
-        "test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak",
-
-
+    "precision._training.measure_speedups": (
+        "test_measure_speedups_on_a_gpu_uses_the_tensor_core_datasheet_peak"
+    ),
     "report.tuning.baseline_config": "test_capstone_gpu_baseline_is_gpt2_small_shaped_with_pinned_workers",
     "report.tuning.tuning_steps": "test_capstone_gpu_baseline_is_gpt2_small_shaped_with_pinned_workers",
     "report.runner._device_name": "test_capstone_device_helpers_on_cuda",
     "report.runner._activities": "test_capstone_device_helpers_on_cuda",
     "report.runner._reset_peak": "test_capstone_device_helpers_on_cuda",
-    "report.runner._peak_mb": "test_capstone_device_helpers_on_cuda",
+    "report.runner._peak_mib": "test_capstone_device_helpers_on_cuda",
     "report.provenance.device_model": "test_report_provenance_names_the_gpu_on_cuda",
     "report.document._hot_spots": "test_the_capstone_report_on_a_gpu_lists_kernels_and_the_gpu_idle_share",
     "report.examples._row": "test_the_capstone_report_on_a_gpu_lists_kernels_and_the_gpu_idle_share",
@@ -747,8 +841,11 @@ def cuda_functions(src: Path = ROOT / "src" / "helpers") -> set[str]:
                     continue  # docstrings
                 attr = isinstance(sub, ast.Attribute) and sub.attr in ("cuda", "_nvtx")
                 const = isinstance(sub, ast.Constant) and sub.value in ("cuda", "torch.cuda.nvtx")
-                if attr or const or (isinstance(sub, ast.ImportFrom) and any(
-                        a.name == "_nvtx" for a in sub.names)):
+                if (
+                    attr
+                    or const
+                    or (isinstance(sub, ast.ImportFrom) and any(a.name == "_nvtx" for a in sub.names))
+                ):
                     found.add(f"{module}.{node.name}")
                     break
     return found
@@ -758,7 +855,9 @@ def test_every_cuda_function_is_covered():
     found = cuda_functions()
     assert "bench._timing.measure" in found and "hardware.detect_gpu" in found  # the scan itself works
     missing = sorted(found - set(COVERED) - set(NOT_ON_CPU))
-    assert not missing, (f"CUDA code without a CPU test in {Path(__file__).name}: {missing}; add a "
-                         "test with the FakeGPU above (or, with a reason, to NOT_ON_CPU)")
+    assert not missing, (
+        f"CUDA code without a CPU test in {Path(__file__).name}: {missing}; add a "
+        "test with the FakeGPU above (or, with a reason, to NOT_ON_CPU)"
+    )
     tests = {name for name, obj in globals().items() if name.startswith("test_") and callable(obj)}
     assert set(COVERED.values()) <= tests

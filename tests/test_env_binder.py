@@ -36,21 +36,39 @@ def _build_binder_env(tmp_path_factory) -> dict:
     torch_dir = envkit.torch_site(python, tmp_path_factory.getbasetemp())
     vpython = envkit.make_venv(python, base / "venv", torch_dir)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHONPATH"))}
-    env.update(PATH=f"{vpython.parent}{os.pathsep}{env.get('PATH', '')}", PIP_RETRIES="0",
-               PIP_DEFAULT_TIMEOUT="20", HOME=str(base / "home"),  # postBuild writes user config
-               JUPYTER_CONFIG_DIR=str(base / "home" / ".jupyter"))
+    env.update(
+        PATH=f"{vpython.parent}{os.pathsep}{env.get('PATH', '')}",
+        PIP_RETRIES="0",
+        PIP_DEFAULT_TIMEOUT="20",
+        HOME=str(base / "home"),  # postBuild writes user config
+        JUPYTER_CONFIG_DIR=str(base / "home" / ".jupyter"),
+    )
     (base / "home").mkdir()
-    install = run([vpython, "-m", "pip", "install", "-r", "binder/requirements.txt"],
-                  cwd=repo, env=env, timeout=1200)
+    install = run(
+        [vpython, "-m", "pip", "install", "-r", "binder/requirements.txt"], cwd=repo, env=env, timeout=1200
+    )
     post = run(["bash", repo / "binder" / "postBuild"], cwd=repo, env=env, timeout=300)
-    return {"python": vpython, "env": env, "repo": repo, "install": install, "postBuild": post,
-            "torch_dir": torch_dir}
+    return {
+        "python": vpython,
+        "env": env,
+        "repo": repo,
+        "install": install,
+        "postBuild": post,
+        "torch_dir": torch_dir,
+    }
 
 
 def test_binder_requirements_install_the_helpers(binder_env):
     vpython = binder_env["python"]
-    done = run([vpython, "-c", "import helpers, ipywidgets, torch; from helpers import roofline; "
-                "print(helpers.__file__); print(torch.__file__)"], env=binder_env["env"])
+    done = run(
+        [
+            vpython,
+            "-c",
+            "import helpers, ipywidgets, torch; from helpers import roofline; "
+            "print(helpers.__file__); print(torch.__file__)",
+        ],
+        env=binder_env["env"],
+    )
     helpers_path, torch_path = done.stdout.split()
     assert helpers_path.startswith(str(envkit.site_packages(vpython))), helpers_path  # not the checkout
     # torch>=2.4 accepted the preinstalled CPU build instead of pulling another torch
@@ -58,8 +76,7 @@ def test_binder_requirements_install_the_helpers(binder_env):
 
 
 def test_binder_jupyterlab_has_the_widget_front_end_enabled(binder_env):
-    listing = run([binder_env["python"].parent / "jupyter", "labextension", "list"],
-                  env=binder_env["env"])
+    listing = run([binder_env["python"].parent / "jupyter", "labextension", "list"], env=binder_env["env"])
     text = re.sub(r"\x1b\[[0-9;]*m", "", listing.stdout + listing.stderr)  # drop colours
     line = next((ln for ln in text.splitlines() if "@jupyter-widgets/jupyterlab-manager" in ln), "")
     assert re.search(r"\benabled\b", line) and re.search(r"\bOK\b", line), text

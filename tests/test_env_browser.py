@@ -39,8 +39,14 @@ from conftest import ROOT
 pytestmark = pytest.mark.env
 
 CHROMIUM_FLAGS = [  # headless, and no calls home: this machine's network is closed
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 # Console errors that are not the course's fault and are allowed, each with why. Keep short.
 KNOWN_CONSOLE_NOISE: tuple[str, ...] = ()
@@ -48,6 +54,7 @@ NOTEBOOK_TIMEOUT_S = 240
 
 
 # ---------------------------------------------------------------------------- what to cover
+
 
 def widget_builders(src: Path = ROOT / "src" / "helpers") -> set[str]:
     """Names of the classes/functions in ``helpers`` (chapter subpackages included) whose body
@@ -59,19 +66,20 @@ def widget_builders(src: Path = ROOT / "src" / "helpers") -> set[str]:
             if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and not node.name.startswith("_"):
                 for sub in ast.walk(node):
                     if isinstance(sub, (ast.Import, ast.ImportFrom)) and any(
-                            (getattr(sub, "module", None) or a.name).startswith("ipywidgets")
-                            for a in sub.names):
+                        (getattr(sub, "module", None) or a.name).startswith("ipywidgets") for a in sub.names
+                    ):
                         names.add(node.name)
-        if any(isinstance(n, (ast.Import, ast.ImportFrom)) and "ipywidgets" in ast.dump(n)
-               for n in tree.body):  # a module-level import: every public class may build widgets
-            names.update(n.name for n in tree.body
-                         if isinstance(n, ast.ClassDef) and not n.name.startswith("_"))
+        if any(
+            isinstance(n, (ast.Import, ast.ImportFrom)) and "ipywidgets" in ast.dump(n) for n in tree.body
+        ):  # a module-level import: every public class may build widgets
+            names.update(
+                n.name for n in tree.body if isinstance(n, ast.ClassDef) and not n.name.startswith("_")
+            )
     return names
 
 
 def student_notebooks() -> list[Path]:
-    return sorted(p for d in sorted((ROOT / "notebooks").iterdir()) if d.is_dir()
-                  for p in d.glob("*.ipynb"))
+    return sorted(p for d in sorted((ROOT / "notebooks").iterdir()) if d.is_dir() for p in d.glob("*.ipynb"))
 
 
 def widget_chapters() -> list[tuple[str, list[str]]]:
@@ -99,10 +107,16 @@ def test_every_widget_builder_is_shown_in_a_notebook():
 
 # ---------------------------------------------------------------------------- the browser
 
+
 def find_chromium() -> str | None:
-    for candidate in (os.environ.get("TRAINPERF_CHROMIUM"), "/usr/bin/chromium",
-                      "/usr/bin/chromium-browser", shutil.which("chromium"),
-                      shutil.which("chromium-browser"), shutil.which("google-chrome")):
+    for candidate in (
+        os.environ.get("TRAINPERF_CHROMIUM"),
+        "/usr/bin/chromium",
+        "/usr/bin/chromium-browser",
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+        shutil.which("google-chrome"),
+    ):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -118,31 +132,51 @@ def _free_port() -> int:
 def lab(tmp_path_factory):
     """JupyterLab on 127.0.0.1 with a token, serving a scratch copy of notebooks/."""
     if find_chromium() is None:
-        pytest.skip("no Chromium here: install Debian's `chromium` package "
-                    "(apt-get install -y chromium; .ci/run does) or set TRAINPERF_CHROMIUM")
+        pytest.skip(
+            "no Chromium here: install Debian's `chromium` package "
+            "(apt-get install -y chromium; .ci/run does) or set TRAINPERF_CHROMIUM"
+        )
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        pytest.skip("the `playwright` package is missing: pip install -e '.[course]'")
+        pytest.skip("the `playwright` package is missing: pip install -e '.[dev]'")
     base = tmp_path_factory.mktemp("lab")
     shutil.copytree(ROOT / "notebooks", base / "notebooks")
     settings = base / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)  # no news or update checks: the network is closed
     (settings / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # the kernel's own inline backend
-    env.update(JUPYTER_CONFIG_DIR=str(base / "config"), JUPYTER_RUNTIME_DIR=str(base / "runtime"),
-               JUPYTERLAB_SETTINGS_DIR=str(base / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(base / "workspaces"), IPYTHONDIR=str(base / "ipython"),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.update(
+        JUPYTER_CONFIG_DIR=str(base / "config"),
+        JUPYTER_RUNTIME_DIR=str(base / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(base / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(base / "workspaces"),
+        IPYTHONDIR=str(base / "ipython"),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
     port, token = _free_port(), secrets.token_hex(16)
     log = open(base / "jupyterlab.log", "w")  # noqa: SIM115 - closed at teardown
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
-         "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={base / 'notebooks'}",
-         "--LabApp.expose_app_in_browser=True"],  # lets the test read cell models; clicks stay real
-        cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={base / 'notebooks'}",
+            "--LabApp.expose_app_in_browser=True",
+        ],  # lets the test read cell models; clicks stay real
+        cwd=base,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:
@@ -172,8 +206,12 @@ def browser(lab):
 
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(lab["base"] / "chromium-profile"), executable_path=find_chromium(), headless=True,
-            args=CHROMIUM_FLAGS, viewport={"width": 1500, "height": 1100})
+            str(lab["base"] / "chromium-profile"),
+            executable_path=find_chromium(),
+            headless=True,
+            args=CHROMIUM_FLAGS,
+            viewport={"width": 1500, "height": 1100},
+        )
         yield context
         context.close()
 
@@ -182,8 +220,9 @@ def browser(lab):
 def shots():
     """Screenshots go to $TRAINPERF_SCREENSHOTS or /tmp/trainperf-screenshots (emptied first):
     outside pytest's own temp folders, which it deletes after a few runs."""
-    folder = Path(os.environ.get("TRAINPERF_SCREENSHOTS")
-                  or Path(tempfile.gettempdir()) / "trainperf-screenshots")
+    folder = Path(
+        os.environ.get("TRAINPERF_SCREENSHOTS") or Path(tempfile.gettempdir()) / "trainperf-screenshots"
+    )
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     return folder
@@ -248,7 +287,8 @@ def _is_exercise(cell: dict) -> bool:
 
 def _trail(cells: list[dict]) -> str:
     return "execution counts: " + ", ".join(
-        f"{i}:{c['count']}{'!' if c['errors'] else ''}" for i, c in enumerate(cells) if c["type"] == "code")
+        f"{i}:{c['count']}{'!' if c['errors'] else ''}" for i, c in enumerate(cells) if c["type"] == "code"
+    )
 
 
 def run_all_like_a_learner(page, timeout_s: float) -> dict:
@@ -260,14 +300,20 @@ def run_all_like_a_learner(page, timeout_s: float) -> dict:
     """
     _menu(page, "Run", "Run All Cells")
     deadline = time.monotonic() + timeout_s
-    page.wait_for_function("() => window.jupyterapp.shell.currentWidget.content.model.cells"
-                           ".get(1).executionCount !== null", timeout=timeout_s * 1000)
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget.content.model.cells.get(1).executionCount !== null",
+        timeout=timeout_s * 1000,
+    )
     while True:
         cells = _wait_idle(page, deadline - time.monotonic())["cells"]
         pending = [i for i, c in enumerate(cells) if c["type"] == "code" and c["count"] is None]
         first_pending = pending[0] if pending else len(cells)
-        bad = [(i, c["errors"]) for i, c in enumerate(cells[:first_pending]) if c["errors"] and not (
-            _is_exercise(c) and all(e.startswith("NotImplementedError") for e in c["errors"]))]
+        bad = [
+            (i, c["errors"])
+            for i, c in enumerate(cells[:first_pending])
+            if c["errors"]
+            and not (_is_exercise(c) and all(e.startswith("NotImplementedError") for e in c["errors"]))
+        ]
         assert not bad, f"cells that are not exercise stubs failed: {bad}; " + _trail(cells)
         if not pending:
             return {"cells": cells}
@@ -280,7 +326,9 @@ def run_all_like_a_learner(page, timeout_s: float) -> dict:
         _menu(page, "Run", "Run Selected Cell and All Below")
         page.wait_for_function(
             f"() => window.jupyterapp.shell.currentWidget.content.model.cells.get({first_pending})"
-            ".executionCount !== null", timeout=int(max(1, deadline - time.monotonic()) * 1000))
+            ".executionCount !== null",
+            timeout=int(max(1, deadline - time.monotonic()) * 1000),
+        )
 
 
 def _snapshot(view) -> tuple[list[str], list[str]]:
@@ -304,8 +352,10 @@ def _wait_change(view, before, what: str, expect: str = "", timeout_s: float = 3
                 last, calm_since = now, time.monotonic()
         view.page.wait_for_timeout(150)
     now = _snapshot(view)
-    raise AssertionError(f"{what}: the view did not redraw (text changed: {now[0] != before[0]}, "
-                         f"image changed: {now[1] != before[1]}, text now: {now[0]}, wanted {expect!r})")
+    raise AssertionError(
+        f"{what}: the view did not redraw (text changed: {now[0] != before[0]}, "
+        f"image changed: {now[1] != before[1]}, text now: {now[0]}, wanted {expect!r})"
+    )
 
 
 def _drag_slider(view, slider, fraction: float) -> None:
@@ -362,14 +412,28 @@ def poke_every_control(view, label: str) -> list[str]:
 # What the roofline explorer shows, per language (written out here, not taken from the
 # helpers' catalogue, so the test checks the catalogue).
 ROOFLINE_WORDS = {
-    "en": {"colon": ":", "peak": "peak", "custom": "custom roofs", "device": "device",
-           "start": "H100 SXM · bf16: peak 989.5 TFLOP/s",
-           "title": "{name}: peak {peak:g} TFLOP/s, bandwidth {bw:g} GB/s, {b:g} bytes per element",
-           "ideal": "ideal ≥ {ms:.4f} ms", "compute": "compute-bound", "memory": "memory-bound"},
-    "zh": {"colon": "：", "peak": "峰值", "custom": "自定义屋顶", "device": "设备",
-           "start": "H100 SXM · bf16：峰值 989.5 TFLOP/s",
-           "title": "{name}：峰值 {peak:g} TFLOP/s，带宽 {bw:g} GB/s，每个元素 {b:g} 字节",
-           "ideal": "理想时间 ≥ {ms:.4f} ms", "compute": "计算受限", "memory": "访存受限"},
+    "en": {
+        "colon": ":",
+        "peak": "peak",
+        "custom": "custom roofs",
+        "device": "device",
+        "start": "H100 SXM · bf16: peak 989.5 TFLOP/s",
+        "title": "{name}: peak {peak:g} TFLOP/s, bandwidth {bw:g} GB/s, {b:g} bytes per element",
+        "ideal": "ideal ≥ {ms:.4f} ms",
+        "compute": "compute-bound",
+        "memory": "memory-bound",
+    },
+    "zh": {
+        "colon": "：",
+        "peak": "峰值",
+        "custom": "自定义屋顶",
+        "device": "设备",
+        "start": "H100 SXM · bf16：峰值 989.5 TFLOP/s",
+        "title": "{name}：峰值 {peak:g} TFLOP/s，带宽 {bw:g} GB/s，每个元素 {b:g} 字节",
+        "ideal": "理想时间 ≥ {ms:.4f} ms",
+        "compute": "计算受限",
+        "memory": "访存受限",
+    },
 }
 
 
@@ -393,15 +457,19 @@ def check_roofline_explorer(view, page, shots: Path, lang: str = "en") -> None:
     _drag_slider(view, m_slider, 0.9)
     new_m = _readout(m_slider)
     assert new_m != "64", "the M slider did not move"
-    after_m = _wait_change(view, (first_row, first_plot), "roofline M slider",
-                           expect=f"M={new_m}{words['colon']}")
+    after_m = _wait_change(
+        view, (first_row, first_plot), "roofline M slider", expect=f"M={new_m}{words['colon']}"
+    )
     page.screenshot(path=str(shots / f"roofline_{lang}_after_M.png"), full_page=False)
 
     select = view.locator(".widget-dropdown select").first
     peak = view.locator(".widget-slider", has=page.locator(".widget-label", has_text=words["peak"])).first
     old_preset, old_peak = select.input_value(), _readout(peak)
-    target = next(o for o in select.locator("option").all_inner_texts() if o != old_preset
-                  and not o.startswith(old_preset.split(" · ")[0]))
+    target = next(
+        o
+        for o in select.locator("option").all_inner_texts()
+        if o != old_preset and not o.startswith(old_preset.split(" · ")[0])
+    )
     select.select_option(label=target)
     # the operating point keeps M and moves onto the new roofs
     _wait_change(view, after_m, f"roofline preset -> {target}", expect=f"M={new_m}{words['colon']}")
@@ -410,11 +478,16 @@ def check_roofline_explorer(view, page, shots: Path, lang: str = "en") -> None:
     want_peak, want_bw, want_b = roofline.presets()[target]
     want = roofline.cost_row(int(new_m), 4096, 4096, want_b, want_peak, want_bw)
     shown_title, shown_row = (x.inner_text().replace("\xa0", " ") for x in (title, row))
-    assert shown_title == words["title"].format(name=target, peak=want_peak / 1e12, bw=want_bw / 1e9,
-                                                b=want_b), shown_title
+    assert shown_title == words["title"].format(
+        name=target, peak=want_peak / 1e12, bw=want_bw / 1e9, b=want_b
+    ), shown_title
     assert words["custom"] not in shown_title
-    for figure in (f"I = {want.intensity:.1f} FLOP/B", words["ideal"].format(ms=want.ideal_time * 1e3),
-                   words[want.limiter], f"≤ {want.attainable / 1e12:.1f} TFLOP/s"):
+    for figure in (
+        f"I = {want.intensity:.1f} FLOP/B",
+        words["ideal"].format(ms=want.ideal_time * 1e3),
+        words[want.limiter],
+        f"≤ {want.attainable / 1e12:.1f} TFLOP/s",
+    ):
         assert figure in shown_row, f"{figure!r} not in the row after choosing {target}: {shown_row}"
     page.screenshot(path=str(shots / f"roofline_{lang}_after_preset.png"), full_page=False)
     drag_right_after_preset(view, page, words)
@@ -445,8 +518,10 @@ def drag_right_after_preset(view, page, words: dict, rounds: int = 4) -> None:
     When things settle, the slider's readout, the kernel's slider value and the title agree."""
     select = view.locator(".widget-dropdown select").first
     options = select.locator("option").all_inner_texts()
-    sliders = {name: view.locator(".widget-slider", has=page.locator(".widget-label", has_text=name)).first
-               for name in (words["peak"], "TB/s")}
+    sliders = {
+        name: view.locator(".widget-slider", has=page.locator(".widget-label", has_text=name)).first
+        for name in (words["peak"], "TB/s")
+    }
     for i in range(rounds):
         preset = options[(11 * i + 5) % len(options)]
         name = words["peak"] if i % 2 == 0 else "TB/s"
@@ -469,8 +544,10 @@ def drag_right_after_preset(view, page, words: dict, rounds: int = 4) -> None:
             if f"{words['peak']} {peak} TFLOP/s" in title and (peak, bw, title) in states:
                 break
         else:
-            raise AssertionError(f"round {i}: preset {preset!r}, then a drag of {name!r}: after 45 s the "
-                                 f"readouts (peak, BW), the kernel's values and the title disagree: {seen}")
+            raise AssertionError(
+                f"round {i}: preset {preset!r}, then a drag of {name!r}: after 45 s the "
+                f"readouts (peak, BW), the kernel's values and the title disagree: {seen}"
+            )
 
 
 def _plain(html: str) -> str:
@@ -481,13 +558,22 @@ def _plain(html: str) -> str:
 SPECIFIC = {"RooflineExplorer": check_roofline_explorer}
 
 
-@pytest.mark.parametrize("notebook,widgets", widget_chapters() or [pytest.param(None, None, marks=(
-    pytest.mark.skip(reason="no notebook shows a widget")))])
+@pytest.mark.parametrize(
+    "notebook,widgets",
+    widget_chapters()
+    or [pytest.param(None, None, marks=(pytest.mark.skip(reason="no notebook shows a widget")))],
+)
 def test_widgets_respond_in_jupyterlab(notebook, widgets, lab, browser, shots, capsys):
     page = browser.new_page()
     problems: list[str] = []
-    page.on("console", lambda m: problems.append(f"console.{m.type}: {m.text}")
-            if m.type == "error" and not any(n in m.text for n in KNOWN_CONSOLE_NOISE) else None)
+    page.on(
+        "console",
+        lambda m: (
+            problems.append(f"console.{m.type}: {m.text}")
+            if m.type == "error" and not any(n in m.text for n in KNOWN_CONSOLE_NOISE)
+            else None
+        ),
+    )
     page.on("pageerror", lambda e: problems.append(f"uncaught: {e}"))
     lang = "zh" if notebook.startswith("zh/") else "en"
     stem = Path(notebook).stem + ("_zh" if lang == "zh" else "")
@@ -496,10 +582,13 @@ def test_widgets_respond_in_jupyterlab(notebook, widgets, lab, browser, shots, c
         # before, and the menu commands could reach that one instead of this one.
         workspace = "w-" + "".join(ch if ch.isalnum() else "-" for ch in notebook)
         page.goto(f"{lab['url']}/lab/workspaces/{workspace}/tree/{notebook}?reset&token={lab['token']}")
-        page.wait_for_function(f"() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                               f" && window.jupyterapp.shell.currentWidget.context?.path === {notebook!r}"
-                               " && window.jupyterapp.shell.currentWidget.sessionContext?.session"
-                               "?.kernel?.status === 'idle'", timeout=90_000)
+        page.wait_for_function(
+            f"() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+            f" && window.jupyterapp.shell.currentWidget.context?.path === {notebook!r}"
+            " && window.jupyterapp.shell.currentWidget.sessionContext?.session"
+            "?.kernel?.status === 'idle'",
+            timeout=90_000,
+        )
         state = run_all_like_a_learner(page, NOTEBOOK_TIMEOUT_S)
         page.screenshot(path=str(shots / f"{stem}_after_run_all.png"), full_page=False)
         widget_cells = [i for i, c in enumerate(state["cells"]) if c["widget"]]
@@ -518,8 +607,9 @@ def test_widgets_respond_in_jupyterlab(notebook, widgets, lab, browser, shots, c
             changed = poke_every_control(view, f"{stem}/{name}")
             assert changed, f"{name} has no slider or dropdown to move"
             view.screenshot(path=str(shots / f"{stem}_{name}.png"))
-        glyphs = [i for i, c in enumerate(_state(page)["cells"])
-                  if "missing from font" in c.get("stderr", "")]
+        glyphs = [
+            i for i, c in enumerate(_state(page)["cells"]) if "missing from font" in c.get("stderr", "")
+        ]
         assert not glyphs, f"{notebook}: cells whose plots miss a glyph: {glyphs}"
     finally:
         page.screenshot(path=str(shots / f"{stem}_final.png"), full_page=False)

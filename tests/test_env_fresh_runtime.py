@@ -34,8 +34,7 @@ pytestmark = pytest.mark.env
 
 KERNEL = "trainperf-fresh-py{}"
 CELL_TIMEOUT_S = 600  # the setup cell's pip install of numpy/matplotlib/ipywidgets included
-NOTEBOOKS = sorted(p for d in sorted((ROOT / "notebooks").iterdir()) if d.is_dir()
-                   for p in d.glob("*.ipynb"))
+NOTEBOOKS = sorted(p for d in sorted((ROOT / "notebooks").iterdir()) if d.is_dir() for p in d.glob("*.ipynb"))
 
 
 @pytest.fixture(scope="session")
@@ -48,9 +47,15 @@ def _build_wheel(tmp_path_factory) -> Path:
     import zipfile
 
     names = set(zipfile.ZipFile(wheel).namelist())
-    missing = [p.relative_to(ROOT / "src").as_posix() for p in (ROOT / "src").rglob("*")
-               if p.is_file() and p.parts[-2] != "__pycache__" and p.suffix != ".pyc"
-               and "egg-info" not in str(p) and p.relative_to(ROOT / "src").as_posix() not in names]
+    missing = [
+        p.relative_to(ROOT / "src").as_posix()
+        for p in (ROOT / "src").rglob("*")
+        if p.is_file()
+        and p.parts[-2] != "__pycache__"
+        and p.suffix != ".pyc"
+        and "egg-info" not in str(p)
+        and p.relative_to(ROOT / "src").as_posix() not in names
+    ]
     assert not missing, f"the wheel lacks files of src/ (package-data pattern?): {missing}"
     return wheel
 
@@ -58,8 +63,9 @@ def _build_wheel(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session", params=["3.11", "3.12"])
 def fresh_runtime(request, tmp_path_factory) -> dict:
     """A fresh venv for one Python version, with torch and ipykernel, registered as a kernel."""
-    return once_per_worker(("fresh-runtime", request.param),
-                           lambda: _build_fresh_runtime(request.param, tmp_path_factory))
+    return once_per_worker(
+        ("fresh-runtime", request.param), lambda: _build_fresh_runtime(request.param, tmp_path_factory)
+    )
 
 
 def _build_fresh_runtime(version: str, tmp_path_factory) -> dict:
@@ -67,22 +73,36 @@ def _build_fresh_runtime(version: str, tmp_path_factory) -> dict:
     if python is None:
         pytest.skip(f"no Python {version} interpreter on this machine")
     if not envkit.torch_wheel_is_local(python) and os.environ.get("TRAINPERF_FRESH_DOWNLOAD") != "1":
-        pytest.skip(f"Python {version} is here ({python}) but no {TORCH_SPEC} wheel for it is on "
-                    "this machine's disk, and PyPI has only the multi-GB CUDA build; set "
-                    "TRAINPERF_FRESH_DOWNLOAD=1 to download it")
+        pytest.skip(
+            f"Python {version} is here ({python}) but no {TORCH_SPEC} wheel for it is on "
+            "this machine's disk, and PyPI has only the multi-GB CUDA build; set "
+            "TRAINPERF_FRESH_DOWNLOAD=1 to download it"
+        )
     base = tmp_path_factory.mktemp(f"fresh-py{version}")
     torch_dir = envkit.torch_site(python, tmp_path_factory.getbasetemp())
     vpython = envkit.make_venv(python, base / "venv", torch_dir)
     run([vpython, "-m", "pip", "install", "-q", "ipykernel"], timeout=900)
-    probe = run([vpython, "-c", "import importlib.util, torch; "
-                 "print(importlib.util.find_spec('helpers') is None, torch.__version__)"])
+    probe = run(
+        [
+            vpython,
+            "-c",
+            "import importlib.util, torch; "
+            "print(importlib.util.find_spec('helpers') is None, torch.__version__)",
+        ]
+    )
     assert probe.stdout.startswith("True"), f"the fresh venv must not see helpers: {probe.stdout}"
     name = KERNEL.format(version)
     spec_dir = base / "jupyter" / "kernels" / name
     spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [str(vpython), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": f"fresh Python {version}", "language": "python"}))
+    (spec_dir / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [str(vpython), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": f"fresh Python {version}",
+                "language": "python",
+            }
+        )
+    )
     return {"version": version, "python": vpython, "kernel": name, "jupyter_path": base / "jupyter"}
 
 
@@ -101,8 +121,9 @@ def _is_exercise(cell) -> bool:
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_student_notebook_runs_alone_in_a_fresh_runtime(notebook, fresh_runtime, course_wheel,
-                                                        tmp_path, monkeypatch):
+def test_student_notebook_runs_alone_in_a_fresh_runtime(
+    notebook, fresh_runtime, course_wheel, tmp_path, monkeypatch
+):
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -125,9 +146,14 @@ def test_student_notebook_runs_alone_in_a_fresh_runtime(notebook, fresh_runtime,
     out = tmp_path / f"executed_{notebook.name}"
     try:
         papermill.execute_notebook(
-            str(folder / notebook.name), str(out), kernel_name=fresh_runtime["kernel"],
-            cwd=str(folder), progress_bar=False, execution_timeout=CELL_TIMEOUT_S,
-            allow_errors=True)  # nbclient runs every cell; errors are judged below
+            str(folder / notebook.name),
+            str(out),
+            kernel_name=fresh_runtime["kernel"],
+            cwd=str(folder),
+            progress_bar=False,
+            execution_timeout=CELL_TIMEOUT_S,
+            allow_errors=True,
+        )  # nbclient runs every cell; errors are judged below
     except PapermillExecutionError:
         pass  # papermill still raises for any error output once all cells ran
     nb = nbformat.read(out, as_version=4)
@@ -149,8 +175,9 @@ def test_student_notebook_runs_alone_in_a_fresh_runtime(notebook, fresh_runtime,
         errors = [o for o in cell.outputs if o.output_type == "error"]
         if _is_exercise(cell):
             stubbed += bool(errors)
-            unexpected += [(index, f"{e.ename}: {e.evalue}") for e in errors
-                           if e.ename != "NotImplementedError"]
+            unexpected += [
+                (index, f"{e.ename}: {e.evalue}") for e in errors if e.ename != "NotImplementedError"
+            ]
         else:
             assert cell.execution_count is not None, f"cell {index} did not run"
             teaching_failures += [(index, f"{e.ename}: {e.evalue}", cell.source[:80]) for e in errors]
@@ -182,9 +209,15 @@ def test_chinese_notebook_in_a_clone_installs_the_clone_editable(fresh_runtime, 
     monkeypatch.delenv("PYTHONPATH", raising=False)
     out = tmp_path / "executed.ipynb"
     try:
-        papermill.execute_notebook(str(notebook), str(out), kernel_name=fresh_runtime["kernel"],
-                                   cwd=str(folder), progress_bar=False, execution_timeout=CELL_TIMEOUT_S,
-                                   allow_errors=True)
+        papermill.execute_notebook(
+            str(notebook),
+            str(out),
+            kernel_name=fresh_runtime["kernel"],
+            cwd=str(folder),
+            progress_bar=False,
+            execution_timeout=CELL_TIMEOUT_S,
+            allow_errors=True,
+        )
     except PapermillExecutionError:
         pass
     nb = nbformat.read(out, as_version=4)
@@ -217,7 +250,7 @@ def _setup_only(notebook: Path, folder: Path) -> Path:
     """The notebook cut after its setup cell: what the no-clone install paths need to run."""
     nb = nbformat.read(notebook, as_version=4)
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    nb.cells = nb.cells[:code[1] + 1]
+    nb.cells = nb.cells[: code[1] + 1]
     target = folder / notebook.name
     nbformat.write(nb, target)
     return target
@@ -238,8 +271,21 @@ def test_the_no_clone_paths_the_readmes_give_install_the_helpers(path, fresh_run
     repo = envkit.copy_project(tmp_path / "repository")
     run(["git", "init", "-q", str(repo)])
     run(["git", "-C", str(repo), "add", "-A"])
-    run(["git", "-C", str(repo), "-c", "user.name=course", "-c", "user.email=course@example.org",
-         "commit", "-q", "-m", "snapshot"])
+    run(
+        [
+            "git",
+            "-C",
+            str(repo),
+            "-c",
+            "user.name=course",
+            "-c",
+            "user.email=course@example.org",
+            "commit",
+            "-q",
+            "-m",
+            "snapshot",
+        ]
+    )
     folder = tmp_path / "content"
     folder.mkdir()
     monkeypatch.delenv("TRAINPERF_SPEC", raising=False)
@@ -251,8 +297,14 @@ def test_the_no_clone_paths_the_readmes_give_install_the_helpers(path, fresh_run
     monkeypatch.setenv("JUPYTER_PATH", str(fresh_runtime["jupyter_path"]))
     monkeypatch.delenv("PYTHONPATH", raising=False)
     out = tmp_path / "executed.ipynb"
-    papermill.execute_notebook(str(notebook), str(out), kernel_name=fresh_runtime["kernel"], cwd=str(folder),
-                               progress_bar=False, execution_timeout=CELL_TIMEOUT_S)
+    papermill.execute_notebook(
+        str(notebook),
+        str(out),
+        kernel_name=fresh_runtime["kernel"],
+        cwd=str(folder),
+        progress_bar=False,
+        execution_timeout=CELL_TIMEOUT_S,
+    )
     setup = [c for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"][1]
     shown = "".join(o.get("text", "") for o in setup.outputs)
     assert "Successfully installed" in shown and "device: cpu" in shown, shown[-1500:]

@@ -57,8 +57,10 @@ def test_a_chinese_submission_grades_as_the_same_answers_in_english(tmp_path):
     chapter = "01_roofline"
     name = chapter_notebook(ROOT, chapter).name
     mistakes = load_mistakes(ROOT / "grader" / "fixtures" / chapter / "mistakes.py")
-    answers = {"solution": solution_answers(chapter_notebook(ROOT, chapter)),
-               "mistakes": {gid: blocks[0][1] for gid, blocks in mistakes.items()}}
+    answers = {
+        "solution": solution_answers(chapter_notebook(ROOT, chapter)),
+        "mistakes": {gid: blocks[0][1] for gid, blocks in mistakes.items()},
+    }
     subs = tmp_path / "submissions"
     editions = {"en": ROOT / "notebooks" / chapter, "zh": ROOT / "notebooks" / "zh" / chapter}
     for lang, folder in editions.items():
@@ -79,8 +81,10 @@ def test_a_chinese_submission_grades_as_the_same_answers_in_english(tmp_path):
         assert cells[f"{who}-zh"] == cells[f"{who}-en"] and cells[f"{who}-en"]
     assert float(rows["solution-zh"]["score"]) == float(rows["solution-zh"]["max_score"]) > 0
     assert float(rows["mistakes-zh"]["score"]) == 0
-    page = {lang: next((tmp_path / "feedback").glob(f"mistakes-{lang}-*.html")).read_text()
-            for lang in ("en", "zh")}
+    page = {
+        lang: next((tmp_path / "feedback").glob(f"mistakes-{lang}-*.html")).read_text()
+        for lang in ("en", "zh")
+    }
     assert "expected" in page["en"] and "期望" not in page["en"]
     assert "期望" in page["zh"]  # the grader writes it: expected values, not the learner's own
 
@@ -100,15 +104,21 @@ def test_a_chinese_submission_runs_the_english_exam(chapter):
     released = json.loads((ROOT / "notebooks" / chapter / name).read_text(encoding="utf-8"))
     answers = solution_answers(chapter_notebook(ROOT, chapter))
     editions = {"en": ROOT / "notebooks" / chapter, "zh": ROOT / "notebooks" / "zh" / chapter}
-    exams = {lang: build_exam(solution, released,
-                              json.loads(nbformat.writes(with_answers(folder / name, answers))))
-             for lang, folder in editions.items()}
+    exams = {
+        lang: build_exam(
+            solution, released, json.loads(nbformat.writes(with_answers(folder / name, answers)))
+        )
+        for lang, folder in editions.items()
+    }
     en, zh = exams["en"], exams["zh"]
     assert en.graded == zh.graded and en.answers == zh.answers and en.notes == zh.notes == []
 
     def text(cell, exam):
         return "".join(cell["source"])
 
-    differ = [i for i, (a, b) in enumerate(zip(en.notebook["cells"], zh.notebook["cells"], strict=True))
-              if text(a, en) != text(b, zh)]
+    differ = [
+        i
+        for i, (a, b) in enumerate(zip(en.notebook["cells"], zh.notebook["cells"], strict=True))
+        if text(a, en) != text(b, zh)
+    ]
     assert len(differ) == 1 and 'LANGUAGE = "zh"' in text(zh.notebook["cells"][differ[0]], zh)

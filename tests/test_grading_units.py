@@ -13,19 +13,19 @@ import pytest
 from conftest import ROOT
 
 from helpers import _records, checks
+from trainperf.grading.client import MAX_RECORDS_PER_CELL, CellRecords
 from trainperf.grading.copies import flags
 from trainperf.grading.exam import Exam, GradedCell, matches, score
 from trainperf.grading.hidden import lint_hidden, split_hidden, strip_expectations
 from trainperf.grading.results import Outcome, StudentRow, write_csv, write_feedback
-from trainperf.grading.sandbox import MAX_RECORDS_PER_CELL, CellRecords
 from trainperf.grading.submissions import discover, display_name, file_stem, read_submission, spreadsheet_safe
 
-HIDDEN = '''x = 1
+HIDDEN = """x = 1
 ### BEGIN HIDDEN TESTS
 for case in [1, 2]:
     checks.hidden.close(f(case), f"f({case})", expect=lambda: secret(case), rtol=1e-3)
 ### END HIDDEN TESTS
-'''
+"""
 
 
 def test_strip_removes_every_expected_side():
@@ -36,13 +36,19 @@ def test_strip_removes_every_expected_side():
     assert lint_hidden(hidden) == []
 
 
-@pytest.mark.parametrize("bad, words", [
-    ("### BEGIN HIDDEN TESTS\ny = f(1)\n### END HIDDEN TESTS\n", "nothing would be graded"),
-    ("### BEGIN HIDDEN TESTS\nchecks.hidden.equal(f(1), 'w', expect=secret)\n", "expect=lambda"),
-    ("### BEGIN HIDDEN TESTS\nchecks.hidden.equal(f(1), 'w', expect=lambda: 1)\n"
-     "checks.close(f(2), secret(2), 'v')\n", "visible check"),
-    ("### BEGIN HIDDEN TESTS\n    indented = True\n", "does not parse"),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ("### BEGIN HIDDEN TESTS\ny = f(1)\n### END HIDDEN TESTS\n", "nothing would be graded"),
+        ("### BEGIN HIDDEN TESTS\nchecks.hidden.equal(f(1), 'w', expect=secret)\n", "expect=lambda"),
+        (
+            "### BEGIN HIDDEN TESTS\nchecks.hidden.equal(f(1), 'w', expect=lambda: 1)\n"
+            "checks.close(f(2), secret(2), 'v')\n",
+            "visible check",
+        ),
+        ("### BEGIN HIDDEN TESTS\n    indented = True\n", "does not parse"),
+    ],
+)
 def test_lint_names_what_breaks_the_format(bad, words):
     problems = lint_hidden(bad)
     assert any(words in p for p in problems), problems
@@ -100,25 +106,35 @@ def _exam() -> Exam:
     return Exam({}, [GradedCell("ex1_test", 2.0, 4, 3)], {"ex1": 2})
 
 
-REFERENCE = {"ex1_test": [{"what": "a", "kind": "close", "rtol": 1e-3, "atol": 0.0, "value": 10.0,
-                           "expected": 10.0},
-                          {"what": "b", "kind": "one_of", "rtol": 1e-6, "atol": 0.0, "value": "x",
-                           "expected": ["x", "y"]}],
-             "ex1_test#visible": [{"what": "visible", "shown": {"kind": "equal", "expected": "3"},
-                                   "hint": "count them"}]}
-SHOWN_OK = {"index": 3, "status": "ok", "text": "✓ visible\n",
-            "records": [{"event": "visible", "what": "visible", "ok": True}]}
+REFERENCE = {
+    "ex1_test": [
+        {"what": "a", "kind": "close", "rtol": 1e-3, "atol": 0.0, "value": 10.0, "expected": 10.0},
+        {"what": "b", "kind": "one_of", "rtol": 1e-6, "atol": 0.0, "value": "x", "expected": ["x", "y"]},
+    ],
+    "ex1_test#visible": [
+        {"what": "visible", "shown": {"kind": "equal", "expected": "3"}, "hint": "count them"}
+    ],
+}
+SHOWN_OK = {
+    "index": 3,
+    "status": "ok",
+    "text": "✓ visible\n",
+    "records": [{"event": "visible", "what": "visible", "ok": True}],
+}
 
 
-@pytest.mark.parametrize("records, points", [
-    ([{"what": "a", "value": 10.005}, {"what": "b", "value": "Y"}], 2.0),
-    ([{"what": "a", "value": 10.1}, {"what": "b", "value": "x"}], 0.0),  # outside the reference's rtol
-    ([{"what": "a", "value": 10.0}], 0.0),  # a check missing
-    ([{"what": "b", "value": "x"}, {"what": "a", "value": 10.0}], 0.0),  # out of order
-    ([{"what": "a", "value": 10.0}, {"what": "b", "value": "x"}, {"what": "c", "value": 1}], 0.0),
-    ([{"what": "a", "error": "a Liar is not a number"}, {"what": "b", "value": "x"}], 0.0),
-    ([{"event": "blocked-call"}, {"what": "a", "value": 10.0}, {"what": "b", "value": "x"}], 2.0),
-])
+@pytest.mark.parametrize(
+    "records, points",
+    [
+        ([{"what": "a", "value": 10.005}, {"what": "b", "value": "Y"}], 2.0),
+        ([{"what": "a", "value": 10.1}, {"what": "b", "value": "x"}], 0.0),  # outside the reference's rtol
+        ([{"what": "a", "value": 10.0}], 0.0),  # a check missing
+        ([{"what": "b", "value": "x"}, {"what": "a", "value": 10.0}], 0.0),  # out of order
+        ([{"what": "a", "value": 10.0}, {"what": "b", "value": "x"}, {"what": "c", "value": 1}], 0.0),
+        ([{"what": "a", "error": "a Liar is not a number"}, {"what": "b", "value": "x"}], 0.0),
+        ([{"event": "blocked-call"}, {"what": "a", "value": 10.0}, {"what": "b", "value": "x"}], 2.0),
+    ],
+)
 def test_score_compares_with_the_reference_outside_the_kernel(records, points):
     record = {"index": 4, "status": "ok", "text": "", "records": records}
     verdict = score(_exam(), {3: SHOWN_OK, 4: record}, REFERENCE)[0]
@@ -140,10 +156,20 @@ def test_a_chinese_submission_is_told_in_chinese_and_scored_the_same():
 
 
 def test_a_failed_cell_scores_zero_even_with_matching_records():
-    shown = {"index": 3, "status": "error", "ename": "CheckFailed", "evalue": "", "text": "",
-             "records": [{"event": "visible", "what": "visible", "ok": False}]}
-    record = {"index": 4, "status": "ok", "text": "",
-              "records": [{"what": "a", "value": 10.0}, {"what": "b", "value": "x"}]}
+    shown = {
+        "index": 3,
+        "status": "error",
+        "ename": "CheckFailed",
+        "evalue": "",
+        "text": "",
+        "records": [{"event": "visible", "what": "visible", "ok": False}],
+    }
+    record = {
+        "index": 4,
+        "status": "ok",
+        "text": "",
+        "records": [{"what": "a", "value": 10.0}, {"what": "b", "value": "x"}],
+    }
     verdict = score(_exam(), {3: shown, 4: record}, REFERENCE)[0]
     assert verdict.points == 0 and verdict.ename == "CheckFailed"
     assert verdict.visible == "CheckFailed: ✗ visible: expected 3.\n  Hint: count them"
@@ -152,18 +178,28 @@ def test_a_failed_cell_scores_zero_even_with_matching_records():
 def test_feedback_is_written_by_the_grader_from_verdicts_only():
     """What the kernel printed, the labels it sent and its error's message never reach the page."""
     secret = "cases = [(7, 4096, 4096, 2)]  # a hidden input"
-    shown = {"index": 3, "status": "error", "ename": "LeakError_7_4096", "evalue": secret, "text": secret,
-             "records": [{"event": "visible", "what": secret, "ok": True, "shown": {"expected": secret}},
-                         {"event": "blocked-call", "helper": secret}]}
+    shown = {
+        "index": 3,
+        "status": "error",
+        "ename": "LeakError_7_4096",
+        "evalue": secret,
+        "text": secret,
+        "records": [
+            {"event": "visible", "what": secret, "ok": True, "shown": {"expected": secret}},
+            {"event": "blocked-call", "helper": secret},
+        ],
+    }
     verdict = score(_exam(), {3: shown}, REFERENCE, {"helpers.m.f": "exercise 1"})[0]
     assert secret not in verdict.visible and "4096" not in verdict.visible
     assert verdict.visible.splitlines() == [
-        "✓ visible", "Error: (the message is not shown in graded feedback; run the test cell in your "
-        "notebook to see it)"]
+        "✓ visible",
+        "Error: (the message is not shown in graded feedback; run the test cell in your notebook to see it)",
+    ]
     shown["ename"] = "RuntimeError"
     shown["records"].append({"event": "blocked-call", "helper": "helpers.m.f"})
     assert score(_exam(), {3: shown}, REFERENCE, {"helpers.m.f": "exercise 1"})[0].visible.endswith(
-        "RuntimeError: helpers.m.f is exercise 1: write it yourself.")
+        "RuntimeError: helpers.m.f is exercise 1: write it yourself."
+    )
 
 
 def test_matches_never_trusts_the_learners_kind_or_tolerance():
@@ -225,7 +261,9 @@ def test_copy_flags_catch_pasted_helpers_but_not_honest_answers():
 
     package = str(Path(helpers.__file__).parent)
     pasted = inspect.getsource(roofline.critical_m).replace("bandwidth", "bw")
-    assert flags({"ex4": pasted}, package) == ["answer ex4 copies helpers.roofline.critical_m — review"]
+    assert flags({"ex4": pasted}, package) == [
+        "answer ex4 copies helpers.roofline.critical_m — review"
+    ]  # named as the facade exports it
     honest = "def gemm_intensity(M, K, N, b):\n    return 2 * M * K * N / (b * (M * K + K * N + M * N))\n"
     assert flags({"ex1": honest}, package) == []
     assert "importlib.reload" in flags({"ex1": "import importlib\nimportlib.reload(x)"}, package)[0]
@@ -249,15 +287,15 @@ def test_blocked_reaches_a_copy_rebuilt_from_source_but_not_a_learners_own_cell(
 def test_isolation_says_why_it_is_weaker(monkeypatch, tmp_path):
     import shutil
 
-    from trainperf.grading import isolate
+    from trainperf.grading import sandbox
 
     real_which = shutil.which
     monkeypatch.setattr(shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
-    found = isolate.detect(tmp_path, tmp_path)
+    found = sandbox.detect(tmp_path, tmp_path)
     assert found.level == "none" and "bubblewrap (bwrap) is not installed" in found.why
     monkeypatch.setattr(shutil, "which", lambda name: "/bin/bwrap" if name == "bwrap" else real_which(name))
-    monkeypatch.setattr(isolate, "python_paths", lambda: [tmp_path])
-    inside = isolate.detect(tmp_path, tmp_path / "checkout")
+    monkeypatch.setattr(sandbox, "python_paths", lambda: [tmp_path])
+    inside = sandbox.detect(tmp_path, tmp_path / "checkout")
     assert inside.level == "none" and "lies inside" in inside.why
 
 
@@ -267,14 +305,23 @@ def test_require_isolation_is_one_clear_error(monkeypatch, tmp_path, capsys):
 
     monkeypatch.setattr(grading, "detect", lambda site, root: grading.Isolation("none", "no bwrap here"))
     (tmp_path / "subs" / "ada").mkdir(parents=True)
-    code = main(["grade", str(tmp_path / "subs"), "--out", str(tmp_path / "g.csv"), "--chapters", "1",
-                 "--require-isolation"])
+    code = main(
+        [
+            "grade",
+            str(tmp_path / "subs"),
+            "--out",
+            str(tmp_path / "g.csv"),
+            "--chapters",
+            "1",
+            "--require-isolation",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == ["trainperf: isolation required but not available: no bwrap here"]
 
 
 def test_sandbox_commands_per_level(tmp_path):
-    from trainperf.grading.isolate import KernelLimits, kernel_argv
+    from trainperf.grading.sandbox import KernelLimits, kernel_argv
 
     uid_argv, _ = kernel_argv("uid", 1_234_567, tmp_path, tmp_path / "c", KernelLimits(), record=True)
     assert uid_argv[0] == "bwrap" and "--unshare-pid" in uid_argv and "--unshare-net" in uid_argv
@@ -302,14 +349,21 @@ def test_every_ast_conversion_of_the_tooling_holds_the_lock():
             if not isinstance(node, ast_module.Call):
                 continue
             func = node.func
-            if isinstance(func, ast_module.Attribute) and func.attr == "parse" and \
-                    isinstance(func.value, ast_module.Name) and func.value.id == "ast":
+            if (
+                isinstance(func, ast_module.Attribute)
+                and func.attr == "parse"
+                and isinstance(func.value, ast_module.Name)
+                and func.value.id == "ast"
+            ):
                 offenders.append(f"{path.name}:{node.lineno} ast.parse")
-            if isinstance(func, ast_module.Name) and func.id == "compile" and node.args and not (
-                    isinstance(node.args[0], ast_module.Constant)):
+            if (
+                isinstance(func, ast_module.Name)
+                and func.id == "compile"
+                and node.args
+                and not (isinstance(node.args[0], ast_module.Constant))
+            ):
                 offenders.append(f"{path.name}:{node.lineno} compile")
     assert offenders == [], f"AST conversions outside trainperf.syntax: {offenders}"
-
 
 
 def test_copy_check_table_is_cached_by_the_helpers_content(tmp_path, monkeypatch):
@@ -322,15 +376,17 @@ def test_copy_check_table_is_cached_by_the_helpers_content(tmp_path, monkeypatch
 
     monkeypatch.setenv("TRAINPERF_CACHE", str(tmp_path / "cache"))
     package = tmp_path / "helpers"
-    shutil.copytree(os.path.dirname(helpers.__file__), package,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(os.path.dirname(helpers.__file__), package, ignore=shutil.ignore_patterns("__pycache__"))
     compute = helper_fingerprints.__wrapped__  # past the in-process cache
     first = compute(str(package))
     entries = list((tmp_path / "cache" / "fingerprints").iterdir())
     assert len(entries) == 1 and first
     assert compute(str(package)) == first  # read back from the file
-    source = "def extra_helper(xs):\n" + "".join(f"    xs = [x * {i} + {i} for x in xs]\n"
-                                                  for i in range(12)) + "    return xs\n"
+    source = (
+        "def extra_helper(xs):\n"
+        + "".join(f"    xs = [x * {i} + {i} for x in xs]\n" for i in range(12))
+        + "    return xs\n"
+    )
     (package / "extra.py").write_text(source)
     second = compute(str(package))
     assert len(list((tmp_path / "cache" / "fingerprints").iterdir())) == 2
@@ -338,11 +394,14 @@ def test_copy_check_table_is_cached_by_the_helpers_content(tmp_path, monkeypatch
     assert "helpers.extra.extra_helper" not in first.values()
 
 
-@pytest.mark.parametrize("asked, graded", [
-    ([], ["01_roofline", "05_memory"]),  # the chapters handed in, not nine with seven missing
-    (["--chapters", "all"], "every chapter"),
-    (["--chapters", "5"], ["05_memory"]),
-])
+@pytest.mark.parametrize(
+    "asked, graded",
+    [
+        ([], ["01_roofline", "05_memory"]),  # the chapters handed in, not nine with seven missing
+        (["--chapters", "all"], "every chapter"),
+        (["--chapters", "5"], ["05_memory"]),
+    ],
+)
 def test_grade_takes_the_chapters_found_in_the_submissions(asked, graded, monkeypatch, tmp_path, capsys):
     from trainperf.cli import main
     from trainperf.course import CourseError, chapter_notebook, chapters
@@ -356,8 +415,9 @@ def test_grade_takes_the_chapters_found_in_the_submissions(asked, graded, monkey
         folder = tmp_path / "subs" / student / chapter
         folder.mkdir(parents=True)
         shutil.copy(ROOT / "notebooks" / chapter / chapter_notebook(ROOT, chapter).name, folder)
-    code = main(["--root", str(ROOT), "grade", str(tmp_path / "subs"), "--out", str(tmp_path / "g.csv"),
-                 *asked])
+    code = main(
+        ["--root", str(ROOT), "grade", str(tmp_path / "subs"), "--out", str(tmp_path / "g.csv"), *asked]
+    )
     captured = capsys.readouterr()
     want = chapters(ROOT) if graded == "every chapter" else graded
     assert code == 2 and captured.err.strip() == f"trainperf: would grade {','.join(want)}"

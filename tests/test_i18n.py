@@ -11,15 +11,19 @@ import warnings
 from pathlib import Path
 
 import matplotlib
+import prose
 import pytest
 from conftest import ROOT
 
 from helpers import bench, checks, i18n
-from helpers._i18n_zh import MESSAGES
+from trainperf import i18n as course_i18n
 
 matplotlib.use("Agg")
 HELPERS = ROOT / "src" / "helpers"
 FONT = HELPERS / "data" / "fonts" / i18n.CJK_FONT_FILE
+#: The helpers' catalogue (i18n/zh/helpers.json): their messages and printed-line templates.
+CATALOGUE = course_i18n.load_helpers_catalogue(ROOT, "zh")
+MESSAGES, LINES = CATALOGUE["messages"], CATALOGUE["lines"]
 
 
 @pytest.fixture(autouse=True)
@@ -56,8 +60,11 @@ def _fields(template: str) -> set[str]:
 def test_every_message_of_the_helpers_has_its_chinese_and_no_other():
     calls = _tr_calls()
     assert len(calls) > 50  # the scan found the call sites
-    dynamic = [f"{p.relative_to(ROOT)}:{getattr(c, 'lineno', '?')}" for p, c in calls
-               if not (c.args and isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str))]
+    dynamic = [
+        f"{p.relative_to(ROOT)}:{getattr(c, 'lineno', '?')}"
+        for p, c in calls
+        if not (c.args and isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str))
+    ]
     assert not dynamic, f"tr() needs the English text as a literal (else no test sees it): {dynamic}"
     used = {c.args[0].value for _, c in calls}
     assert sorted(used - set(MESSAGES)) == [], "messages without a Chinese translation"
@@ -121,8 +128,9 @@ def test_checks_speak_chinese_with_the_catalogue_strings(monkeypatch, capsys):
     assert capsys.readouterr().out.strip() == "✓ 该 GEMM 的算术强度"
     with pytest.raises(checks.CheckFailed) as info:
         checks.close(0.5, 1.0, "intensity of the GEMM", rtol=0.01, hint="F = 2MKN")
-    assert str(info.value) == ("✗ 该 GEMM 的算术强度：期望 1（误差 1% 以内），实际得到 0.5。\n"
-                               "  提示：F = 2MKN（乘加算两次）")
+    assert str(info.value) == (
+        "✗ 该 GEMM 的算术强度：期望 1（误差 1% 以内），实际得到 0.5。\n  提示：F = 2MKN（乘加算两次）"
+    )
     with pytest.raises(checks.CheckFailed, match="你的函数 `return` 了结果吗"):
         checks.equal(None, 3, "count")
     with pytest.raises(checks.CheckFailed, match="以下之一"):
@@ -151,6 +159,7 @@ def test_hidden_checks_record_the_same_data_in_every_language(monkeypatch):
 
 # --------------------------------------------------------------------------- the CJK font
 
+
 def _cmap(path: Path) -> set[int]:
     from fontTools.ttLib import TTFont
 
@@ -165,11 +174,12 @@ def test_the_shipped_font_covers_every_character_of_the_catalogues():
     covered = _cmap(FONT) | _cmap(Path(font_manager.findfont("DejaVu Sans")))
     texts = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "i18n").glob("*/*.json"))]
     texts += [p.read_text(encoding="utf-8") for p in sorted((HELPERS / "data").glob("strings_*.json"))]
-    texts += list(MESSAGES.values())
     used = {ch for text in texts for ch in text if ch.isprintable()}
     missing = sorted(ch for ch in used if ord(ch) not in covered)
-    assert not missing, (f"characters missing from {FONT.name}: {''.join(missing)!r}; rebuild it with "
-                         "`python scripts/build_cjk_font.py` (needs Debian's fonts-noto-cjk)")
+    assert not missing, (
+        f"characters missing from {FONT.name}: {''.join(missing)!r}; rebuild it with "
+        "`python scripts/build_cjk_font.py` (needs Debian's fonts-noto-cjk)"
+    )
     licence = (FONT.parent / "OFL.txt").read_text(encoding="utf-8")
     assert "SIL OPEN FONT LICENSE Version 1.1" in licence
 
@@ -189,8 +199,13 @@ def _draw_every_helper_plot() -> list:
         return ax
 
     roofline.plot_roofline(1e12, 1e11, [(4.0, 3e11, "M=64")], ax=new())
-    memory.plot_estimates({"重计算\nnone": {"parameters": 2e9, "activations": 1e9}}, 4e9,
-                          capacity_label="H100: 80 GB", ax=new(), title="显存")
+    memory.plot_estimates(
+        {"重计算\nnone": {"parameters": 2e9, "activations": 1e9}},
+        4e9,
+        capacity_label="H100: 80 GB",
+        ax=new(),
+        title="显存",
+    )
     memory.plot_timeline([(0.0, 2**20), (1.0, 3 * 2**20)], ax=new(), peak=3 * 2**20)
     db = nsys.read_sqlite(nsys.example_path("compute", "sqlite"))
     nsys.plot_step(db, ax=new())
@@ -198,10 +213,31 @@ def _draw_every_helper_plot() -> list:
     precision.plot_delayed_scaling({"逐张量": steps}, 448.0, ax=new())
     precision.plot_block_errors({"MX": torch.rand(8) + 0.01}, ax=new())
     precision.plot_losses({"fp32": [2.0, 1.5, 1.2], "bf16": [2.0, 1.6, 1.2]}, ax=new())
-    fast = bench.SpeedComparison(2.0, 1.9, 2.1, "faster", 10, bench.Measurement([0.2] * 3, 0.3, "cpu"),
-                                 bench.Measurement([0.1] * 3, 0.3, "cpu"), 2, "cpu", ("fp32", "bf16"))
-    speedups = precision.Speedups("cpu", "CPU", 256, {"fp32": 1e11, "bf16": 2e11}, {"fp32": 0.2, "bf16": 0.1},
-                                  {"fp32": 1e10, "bf16": 2e10}, {}, 1e10, "tiny", fast, fast)
+    fast = bench.SpeedComparison(
+        2.0,
+        1.9,
+        2.1,
+        "faster",
+        10,
+        bench.Measurement([0.2] * 3, 0.3, "cpu"),
+        bench.Measurement([0.1] * 3, 0.3, "cpu"),
+        2,
+        "cpu",
+        ("fp32", "bf16"),
+    )
+    speedups = precision.Speedups(
+        "cpu",
+        "CPU",
+        256,
+        {"fp32": 1e11, "bf16": 2e11},
+        {"fp32": 0.2, "bf16": 0.1},
+        {"fp32": 1e10, "bf16": 2e10},
+        {},
+        1e10,
+        "tiny",
+        fast,
+        fast,
+    )
     precision.plot_speedups(speedups, ax=new())
     timeline.plot_pipeline(timeline.simulate_pipeline(4, 8), ax=new())
     traces = [timeline.load_trace(p) for p in timeline.example_traces("ddp_balanced")]
@@ -233,8 +269,9 @@ def test_chinese_plots_have_no_missing_glyph():
     assert not missing, missing[:5]
     from matplotlib import font_manager
 
-    shipped = font_manager.findfont(font_manager.FontProperties(family=i18n.CJK_FONT_FAMILY),
-                                    fallback_to_default=False)
+    shipped = font_manager.findfont(
+        font_manager.FontProperties(family=i18n.CJK_FONT_FAMILY), fallback_to_default=False
+    )
     assert Path(shipped).resolve() == FONT.resolve()  # the shipped file, not a system font
 
 
@@ -265,18 +302,34 @@ def test_widgets_label_their_controls_in_chinese():
 
 
 def test_strings_file_is_what_the_catalogues_say():
-    from trainperf import i18n as catalogues
-
+    """The one file the helpers read holds the chapters' strings and the helpers' catalogue,
+    in the catalogue's order (the order the line templates are tried in)."""
+    catalogues = course_i18n
     lang = "zh"
-    loaded = {c: catalogues.load(catalogues.catalogue_path(ROOT, lang, c))
-              for c in sorted(p.stem for p in (ROOT / "i18n" / lang).glob("*.json") if p.stem != "glossary")}
+    loaded = {
+        c: catalogues.load(catalogues.catalogue_path(ROOT, lang, c))
+        for c in sorted(p.stem for p in (ROOT / "i18n" / lang).glob("0*.json"))
+    }
     merged, clashes = catalogues.merged_strings(loaded)
     assert not clashes
     shipped = json.loads(catalogues.strings_path(ROOT, lang).read_text(encoding="utf-8"))
     assert shipped["strings"] == merged
+    assert list(shipped["messages"].items()) == list(MESSAGES.items()) and len(MESSAGES) > 50
+    assert list(shipped["lines"].items()) == list(LINES.items()) and len(LINES) > 100
+    assert not (ROOT / "src/helpers/data/lines_zh.json").exists()  # one shipped file per language
+
+
+def test_a_message_in_two_groups_of_the_helpers_catalogue_is_an_error(tmp_path):
+    folder = tmp_path / "i18n/zh"
+    folder.mkdir(parents=True)
+    assert course_i18n.load_helpers_catalogue(tmp_path, "zh") == {"messages": {}, "lines": {}}
+    (folder / "helpers.json").write_text(json.dumps({"messages": {"a": {"x": "甲"}, "b": {"x": "乙"}}}))
+    with pytest.raises(ValueError, match="in two groups"):
+        course_i18n.load_helpers_catalogue(tmp_path, "zh")
 
 
 # --------------------------------------------------------------------------- glossary
+
 
 def test_the_glossary_fixes_each_term_and_nothing_uses_a_rejected_variant():
     from trainperf import i18n as course_i18n
@@ -287,9 +340,11 @@ def test_the_glossary_fixes_each_term_and_nothing_uses_a_rejected_variant():
     assert {"datasheet", "master weights", "magnitude (of a value)"} <= set(english)
     for path in sorted((ROOT / "i18n/zh").glob("0*.json")):
         assert course_i18n.glossary_problems(terms, "zh", json.loads(path.read_text())) == [], path.name
-    lines = json.loads((ROOT / "src/helpers/data/lines_zh.json").read_text(encoding="utf-8"))["lines"]
-    hits = [hit for message in [*MESSAGES.values(), *lines.values()]
-            for hit in course_i18n.glossary_hits(terms, "zh", message)]
+    hits = [
+        hit
+        for message in [*MESSAGES.values(), *LINES.values()]
+        for hit in course_i18n.glossary_hits(terms, "zh", message)
+    ]
     assert hits == []  # the helpers' own messages and printed lines follow it too
     readme = (ROOT / "README.zh.md").read_text(encoding="utf-8")
     assert course_i18n.glossary_hits(terms, "zh", readme) == []
@@ -301,8 +356,10 @@ def test_a_rejected_variant_is_named_by_build_check(tmp_path):
     from trainperf import i18n as course_i18n
 
     terms = course_i18n.load_glossary(ROOT, "zh")
-    catalogue = {"cells": {"cell-07": {"en_hash": "x", "text": "峰值来自规格书；fp32 主副本"}},
-                 "strings": {"the ledger": "主副本的字节"}}
+    catalogue = {
+        "cells": {"cell-07": {"en_hash": "x", "text": "峰值来自规格书；fp32 主副本"}},
+        "strings": {"the ledger": "主副本的字节"},
+    }
     problems = course_i18n.glossary_problems(terms, "zh", catalogue)
     assert len(problems) == 3
     assert problems[0] == "cell cell-07: uses '规格书' (the glossary says 数据手册 for datasheet)"
@@ -335,11 +392,11 @@ def test_labels_built_with_f_strings_are_translated_through_their_template(monke
 
 
 def test_the_chinese_student_notebooks_stub_says_it_in_chinese():
-    from trainperf import i18n as course_i18n
-
+    chinese = i18n.tr_in("zh", course_i18n.STUB)
+    assert chinese == MESSAGES[course_i18n.STUB] != course_i18n.STUB
     for path in sorted((ROOT / "notebooks/zh").glob("*/*.ipynb")):
         text = path.read_text(encoding="utf-8")
-        assert course_i18n.STUB not in text and course_i18n.STUB_MESSAGES["zh"] in text, path.name
+        assert course_i18n.STUB not in text and chinese in text, path.name
     english = (ROOT / "notebooks/01_roofline/01_roofline.ipynb").read_text(encoding="utf-8")
     assert course_i18n.STUB in english
     assert course_i18n.STUB in (ROOT / "grader/nbgrader_config.py").read_text(encoding="utf-8")
@@ -370,16 +427,18 @@ def test_printed_lines_reach_a_chinese_notebook_translated(monkeypatch):
     print(f"fate of {1e-9:g} in fp16")
     print("no translation here, so the line passes unchanged")
     print("partial", end="", flush=True)
-    assert kernel_stream.parts == ["1e-09 在 fp16 中的结果\n",
-                                   "no translation here, so the line passes unchanged\n", "partial"]
+    assert kernel_stream.parts == [
+        "1e-09 在 fp16 中的结果\n",
+        "no translation here, so the line passes unchanged\n",
+        "partial",
+    ]
 
 
 def test_printed_line_templates_fill_the_same_fields():
     import re
 
-    lines = json.loads((ROOT / "src/helpers/data/lines_zh.json").read_text(encoding="utf-8"))["lines"]
-    assert len(lines) > 100
-    for english, chinese in lines.items():
+    assert len(LINES) > 100
+    for english, chinese in LINES.items():
         fields = sorted(re.findall(r"\{\d+\}", english))
         assert fields == sorted(re.findall(r"\{\d+\}", chinese)), english  # no field: an exact line
         assert len("".join(re.split(r"\{\d+\}", english)).strip()) >= 3, english  # never claims every line
@@ -392,35 +451,43 @@ def test_a_label_inside_a_printed_line_is_translated_too():
     """A phrase the catalogues know, inside a templated line, is shown in Chinese (a
     comparison's labels, an operator's description, an f-string label); a single word, which
     may be code ("full", "none"), and a number are kept as they were printed."""
-    line = ("no difference between sum on device and .item() every step beyond the noise: speed-up "
-            "1.01x (95 % interval 0.99x to 1.03x) from 18 interleaved pairs; .item() every step "
-            "12.3 ms, sum on device 12.2 ms per call (medians), 1 CPU thread on cpu.")
+    line = (
+        "no difference between sum on device and .item() every step beyond the noise: speed-up "
+        "1.01x (95 % interval 0.99x to 1.03x) from 18 interleaved pairs; .item() every step "
+        "12.3 ms, sum on device 12.2 ms per call (medians), 1 CPU thread on cpu."
+    )
     shown = i18n.text_in("zh", line)
     assert "在设备上求和 与 每步调用 .item()" in shown  # labels as whole fields
     assert "每步调用 .item() 12.3 ms" in shown  # a label followed by its value
     assert "sum on device" not in shown and "every step" not in shown
-    ops = i18n.text_in("zh", "softmax (max, subtract, exp, sum, divide)     :  1.25 FLOP/B "
-                             "(0.42% of the H100 bf16 ridge)")
+    ops = i18n.text_in(
+        "zh", "softmax (max, subtract, exp, sum, divide)     :  1.25 FLOP/B (0.42% of the H100 bf16 ridge)"
+    )
     assert ops.startswith("softmax（取最大值、相减、exp、求和、相除）     ：") and "1.25 FLOP/B" in ops
-    nested = i18n.text_in("zh", "max of 16, margin 3: 0 overflowing steps [], mean rel. error 0.0227, "
-                                "0.12% of values subnormal or zero")
+    nested = i18n.text_in(
+        "zh",
+        "max of 16, margin 3: 0 overflowing steps [], mean rel. error 0.0227, "
+        "0.12% of values subnormal or zero",
+    )
     assert nested.startswith("history 16 取 max，margin 3：")
     plans = "t = 8, sequence parallel True : none    342 MiB   selective    102 MiB   full      6 MiB"
     assert i18n.text_in("zh", plans).endswith("none    342 MiB   selective    102 MiB   full      6 MiB")
 
 
 def test_prose_detection_leaves_code_and_identifiers_alone():
-    from trainperf import i18n as course_i18n
-
-    assert course_i18n.english_prose("the measured peak's runs spread") == "the measured peak's"
-    assert course_i18n.english_prose("3 graph(s) were captured") == "graphs were captured"
+    assert prose.english_prose("the measured peak's runs spread") == "the measured peak's"
+    assert prose.english_prose("3 graph(s) were captured") == "graphs were captured"
     plan_line = "every：各 block ['full', 'none', 'full', 'none']，loss 相同：True"
-    assert course_i18n.english_prose(plan_line) is None
-    outputs = [{"output_type": "display_data",
-                "data": {"text/markdown": "Source:\n```python\ndef f(x):\n    # a comment in words\n```"}}]
-    assert course_i18n.shown_lines(outputs) == ["Source:"]
+    assert prose.english_prose(plan_line) is None
+    outputs = [
+        {
+            "output_type": "display_data",
+            "data": {"text/markdown": "Source:\n```python\ndef f(x):\n    # a comment in words\n```"},
+        }
+    ]
+    assert prose.shown_lines(outputs) == ["Source:"]
     printed = [{"output_type": "stream", "name": "stdout", "text": "```\nkept as printed\n"}]
-    assert course_i18n.shown_lines(printed) == ["```", "kept as printed"]
+    assert prose.shown_lines(printed) == ["```", "kept as printed"]
 
 
 def test_every_visible_check_label_and_hint_has_its_chinese():
@@ -433,7 +500,7 @@ def test_every_visible_check_label_and_hint_has_its_chinese():
     from trainperf.grading.hidden import split_hidden
 
     table = json.loads((ROOT / "src/helpers/data/strings_zh.json").read_text(encoding="utf-8"))["strings"]
-    kept = course_i18n.kept_terms(ROOT, "zh")
+    kept = prose.kept_terms(ROOT, "zh")
     missing = []
     for chapter in sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir()):
         notebook = json.loads(chapter_notebook(ROOT, chapter).read_text(encoding="utf-8"))
@@ -442,12 +509,20 @@ def test_every_visible_check_label_and_hint_has_its_chinese():
                 continue
             visible = split_hidden("".join(cell["source"]))[0]
             for node in ast.walk(ast.parse(visible)):
-                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and getattr(node.func.value, "id", None) == "checks"):
+                if not (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and getattr(node.func.value, "id", None) == "checks"
+                ):
                     continue
                 for arg in [*node.args[2:3], *(k.value for k in node.keywords if k.arg == "hint")]:
-                    key = (arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
-                           else course_i18n.fstring_template(arg) if isinstance(arg, ast.JoinedStr) else None)
-                    if key and key not in table and course_i18n.english_prose(key, kept, words=2):
+                    key = (
+                        arg.value
+                        if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                        else course_i18n.fstring_template(arg)
+                        if isinstance(arg, ast.JoinedStr)
+                        else None
+                    )
+                    if key and key not in table and prose.english_prose(key, kept, words=2):
                         missing.append(f"{chapter}: {key}")
     assert missing == []

@@ -52,7 +52,11 @@ def test_trainperf_processes_skip_the_slow_iri_grammar_but_still_validate():
 
 
 def test_nbgrader_runs_through_the_fast_entry_point():
-    result = subprocess.run([sys.executable, "-m", "trainperf._nbgrader_main", "--version"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "trainperf._nbgrader_main", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "nbgrader version" in result.stdout

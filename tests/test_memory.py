@@ -15,15 +15,18 @@ from helpers import hardware, memory, models
 # ---------------------------------------------------------------------------- the ledger
 
 
-@pytest.mark.parametrize("optimizer,mixed,split", [
-    ("adamw", False, (4, 4, 8, 0)),  # fp32 AdamW: 16 B/param
-    ("adamw", True, (2, 2, 8, 4)),  # ZeRO's mixed-precision Adam: 2 + 2 + 12 = 16 B/param
-    ("sgd", False, (4, 4, 0, 0)),
-    ("sgd", True, (2, 2, 0, 4)),
-    ("sgd_momentum", False, (4, 4, 4, 0)),
-    ("sgd_momentum", True, (2, 2, 4, 4)),
-    ("adafactor", True, (2, 2, 0, 4)),  # factored state counted as 0 B/param (stated approximation)
-])
+@pytest.mark.parametrize(
+    "optimizer,mixed,split",
+    [
+        ("adamw", False, (4, 4, 8, 0)),  # fp32 AdamW: 16 B/param
+        ("adamw", True, (2, 2, 8, 4)),  # ZeRO's mixed-precision Adam: 2 + 2 + 12 = 16 B/param
+        ("sgd", False, (4, 4, 0, 0)),
+        ("sgd", True, (2, 2, 0, 4)),
+        ("sgd_momentum", False, (4, 4, 4, 0)),
+        ("sgd_momentum", True, (2, 2, 4, 4)),
+        ("adafactor", True, (2, 2, 0, 4)),  # factored state counted as 0 B/param (stated approximation)
+    ],
+)
 def test_ledger_bytes_per_parameter(optimizer, mixed, split):
     n = 1_234_567
     ledger = memory.model_state_bytes(n, optimizer, mixed)
@@ -55,18 +58,22 @@ def test_zero_shards_pad_up_and_leave_unsharded_parts_whole():
     assert memory.model_state_bytes(1001, "adamw", True, zero_stage=3, dp=1).total == 16 * 1001
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"n_params": 0}, "n_params must be a positive whole number"),
-    ({"n_params": 10, "optimizer": "lion"}, "unknown optimizer 'lion'"),
-    ({"n_params": 10, "zero_stage": 4}, "zero_stage must be 0, 1, 2 or 3"),
-    ({"n_params": 10, "dp": 0}, "dp must be a positive whole number"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"n_params": 0}, "n_params must be a positive whole number"),
+        ({"n_params": 10, "optimizer": "lion"}, "unknown optimizer 'lion'"),
+        ({"n_params": 10, "zero_stage": 4}, "zero_stage must be 0, 1, 2 or 3"),
+        ({"n_params": 10, "dp": 0}, "dp must be a positive whole number"),
+    ],
+)
 def test_ledger_bad_input_gets_one_clear_line(kwargs, match):
     with pytest.raises(ValueError, match=match):
         memory.model_state_bytes(**kwargs)
 
 
 # ---------------------------------------------------------------------------- activations
+
 
 @pytest.mark.parametrize("s,b,h,a", [(2048, 1, 12288, 96), (4096, 4, 4096, 32), (7, 3, 64, 4)])
 def test_activation_bytes_is_korthikantis_formula(s, b, h, a):
@@ -76,19 +83,22 @@ def test_activation_bytes_is_korthikantis_formula(s, b, h, a):
     assert memory.activation_bytes(s, b, h, a, "full") == 2 * sbh
     assert memory.activation_bytes(s, b, h, a, fused_attention=True) == 34 * sbh
     assert memory.activation_bytes(s, b, h, a, dropout=False) == 32 * sbh + 2 * a * s * s * b
-    assert memory.activation_bytes(s, b, h, a, bytes_per_element=4, dropout=False,
-                                   fused_attention=True) == 64 * sbh
+    assert (
+        memory.activation_bytes(s, b, h, a, bytes_per_element=4, dropout=False, fused_attention=True)
+        == 64 * sbh
+    )
     parts = memory.activation_breakdown(s, b, h, a)
     assert parts == {"linear": 34 * sbh, "attention": 5 * a * s * s * b, "total": parts["total"]}
     assert parts["total"] == memory.activation_bytes(s, b, h, a)
 
 
 def test_activation_bytes_bad_mode():
-    with pytest.raises(ValueError, match="recompute must be one of none, selective, full"):
+    with pytest.raises(ValueError, match="unknown recompute 'half'; choose one of: none, selective, full"):
         memory.activation_bytes(16, 1, 64, 4, "half")
 
 
 # ---------------------------------------------------------------------------- saved bytes
+
 
 def test_saved_bytes_count_a_storage_once_and_parameters_apart():
     w = torch.nn.Parameter(torch.randn(8, 8))
@@ -123,12 +133,15 @@ def test_saved_bytes_bad_input():
         memory.saved_tensor_bytes(42)
 
 
-@pytest.mark.parametrize("overrides,b,s", [
-    ({}, 4, 32),
-    ({"n_layers": 3, "d_model": 48, "n_heads": 6, "vocab_size": 100, "mlp_ratio": 2}, 2, 40),
-    ({"attention": "math"}, 3, 40),
-    ({"attention": "math", "dropout": 0.1}, 2, 16),
-])
+@pytest.mark.parametrize(
+    "overrides,b,s",
+    [
+        ({}, 4, 32),
+        ({"n_layers": 3, "d_model": 48, "n_heads": 6, "vocab_size": 100, "mlp_ratio": 2}, 2, 40),
+        ({"attention": "math"}, 3, 40),
+        ({"attention": "math", "dropout": 0.1}, 2, 16),
+    ],
+)
 def test_course_formula_equals_the_measured_saved_bytes(overrides, b, s):
     cfg = models.get_config("tiny", **overrides)
     model = models.build_model(cfg)
@@ -144,11 +157,17 @@ def test_course_block_is_korthikantis_count_without_dropout_with_fused_attention
     cfg = models.get_config("gpt2-small")
     b, s = 8, 1024
     small = 2 * 2 * 4 * s * b + 4 * cfg.n_heads * s * b  # LayerNorm statistics and log-sum-exp
-    assert memory.block_saved_bytes(cfg, b, s) == memory.activation_bytes(
-        s, b, cfg.d_model, cfg.n_heads, bytes_per_element=4, dropout=False, fused_attention=True) + small
+    assert (
+        memory.block_saved_bytes(cfg, b, s)
+        == memory.activation_bytes(
+            s, b, cfg.d_model, cfg.n_heads, bytes_per_element=4, dropout=False, fused_attention=True
+        )
+        + small
+    )
 
 
 # ---------------------------------------------------------------------------- track
+
 
 def test_fast_tracker_peaks_equal_stock_memtrackers():
     fast = memory.track("tiny", batch_size=4, seq_len=32, steps=2, prime=False)
@@ -212,7 +231,7 @@ def test_track_bad_input():
         memory.track("tiny", "lion")
     with pytest.raises(ValueError, match="give inputs="):
         memory.track(lambda: torch.nn.Linear(4, 4))
-    with pytest.raises(ValueError, match="seq_len must be in 1..64"):
+    with pytest.raises(ValueError, match=r"seq_len must be in 1\.\.64"):
         memory.track("tiny", seq_len=65)
 
 
@@ -222,14 +241,16 @@ def test_track_a_custom_model_with_inputs():
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    result = memory.track(lambda: torch.nn.Linear(256, 512), "sgd_momentum", step,
-                          inputs=lambda: (torch.zeros(64, 256),))
+    result = memory.track(
+        lambda: torch.nn.Linear(256, 512), "sgd_momentum", step, inputs=lambda: (torch.zeros(64, 256),)
+    )
     peak = result.peak
     assert peak["parameters"] == (256 * 512 + 512) * 4 and peak["optimizer_state"] == peak["parameters"]
     assert "Linear" in result.format()
 
 
 # ---------------------------------------------------------------------------- CUDA on a CPU
+
 
 def test_cuda_memory_on_a_cpu_says_so_and_never_returns_zeros():
     if torch.cuda.is_available():
@@ -242,11 +263,13 @@ def test_cuda_memory_on_a_cpu_says_so_and_never_returns_zeros():
 
 
 def test_timeline_from_a_recorded_history():
-    trace = [{"action": "segment_alloc", "size": 4096, "time_us": 0},
-             {"action": "alloc", "size": 1024, "time_us": 1000},
-             {"action": "alloc", "size": 512, "time_us": 2000},
-             {"action": "free_requested", "size": 1024, "time_us": 2500},
-             {"action": "free_completed", "size": 1024, "time_us": 3000}]
+    trace = [
+        {"action": "segment_alloc", "size": 4096, "time_us": 0},
+        {"action": "alloc", "size": 1024, "time_us": 1000},
+        {"action": "alloc", "size": 512, "time_us": 2000},
+        {"action": "free_requested", "size": 1024, "time_us": 2500},
+        {"action": "free_completed", "size": 1024, "time_us": 3000},
+    ]
     points = memory.timeline_from_snapshot({"device_traces": [trace]}, 0, start_bytes=100)
     assert points == [(0.0, 1124), (1.0, 1636), (2.0, 612)]
     untimed = [{k: v for k, v in e.items() if k != "time_us"} for e in trace]
@@ -259,11 +282,16 @@ def test_timeline_from_a_recorded_history():
 
 # the estimate's peak against MemTracker's (fake tensors) on several models, sizes and
 # precisions; course models of a few MB carry small terms the estimate rounds (stated tolerance)
-PEAK_CASES = [("tiny", 8, 64, None, 0.05), ("tiny", 8, 64, "bf16", 0.05),
-              ("small-cpu", 4, 128, "bf16", 0.05),
-              ("gpt2-small", 8, 1024, None, 0.005), ("gpt2-small", 8, 1024, "bf16", 0.005),
-              ("gpt2-small", 4, 512, "bf16", 0.005), ("gpt2-xl", 2, 1024, None, 0.005),
-              ("gpt2-xl", 1, 256, "bf16", 0.005)]
+PEAK_CASES = [
+    ("tiny", 8, 64, None, 0.05),
+    ("tiny", 8, 64, "bf16", 0.05),
+    ("small-cpu", 4, 128, "bf16", 0.05),
+    ("gpt2-small", 8, 1024, None, 0.005),
+    ("gpt2-small", 8, 1024, "bf16", 0.005),
+    ("gpt2-small", 4, 512, "bf16", 0.005),
+    ("gpt2-xl", 2, 1024, None, 0.005),
+    ("gpt2-xl", 1, 256, "bf16", 0.005),
+]
 
 
 @pytest.mark.parametrize("config,batch,seq,autocast,rtol", PEAK_CASES)
@@ -275,16 +303,22 @@ def test_the_estimate_is_the_peak_that_track_measures(config, batch, seq, autoca
     assert est["total"] == pytest.approx(measured, rel=rtol), (est["moment"], est)
 
 
-@pytest.mark.parametrize("config,batch,seq,autocast", [("gpt2-small", 8, 1024, None),
-                                                       ("gpt2-small", 8, 1024, "bf16"),
-                                                       ("gpt2-xl", 4, 1024, "bf16")])
+@pytest.mark.parametrize(
+    "config,batch,seq,autocast",
+    [("gpt2-small", 8, 1024, None), ("gpt2-small", 8, 1024, "bf16"), ("gpt2-xl", 4, 1024, "bf16")],
+)
 def test_the_estimate_under_full_recompute_is_the_tracked_peak(config, batch, seq, autocast):
     from helpers import checkpointing
 
     cfg = models.get_config(config)
     shape = next(s for s in memory.model_presets().values() if s.n_params == cfg.num_params())
-    measured = memory.track(lambda: checkpointing.apply(models.TinyGPT(cfg), "every"), "adamw",
-                            batch_size=batch, seq_len=seq, autocast=autocast).peak_total
+    measured = memory.track(
+        lambda: checkpointing.apply(models.TinyGPT(cfg), "every"),
+        "adamw",
+        batch_size=batch,
+        seq_len=seq,
+        autocast=autocast,
+    ).peak_total
     est = memory.estimate(shape, batch, seq, mixed_precision=autocast is not None, recompute="full")
     assert est["total"] == pytest.approx(measured, rel=0.005)
 
@@ -331,16 +365,18 @@ def test_presets_count_parameters_from_shapes():
 
 
 def test_explorer_redraws_and_says_what_fits():
-    ex = memory.MemoryExplorer(model="GPT-2 XL (1.5B)", device="A100 80GB SXM", batch=8, seq_len=1024)
+    ex = memory.MemoryExplorer(model="GPT-2 XL (1.5B)", gpu="A100 80GB SXM", batch=8, seq_len=1024)
     first = ex.row.value
     assert "fits" in first and "A100 80GB SXM" in first
     ex.batch.value = 256
     assert "does NOT fit" in ex.row.value
     ex.recompute.value = "full"
     ex.stage.value = 3
-    assert ex.current()["total"] < memory.estimate(memory.model_presets()["GPT-2 XL (1.5B)"], 256, 1024,
-                                                   dp=8)["total"]
-    ex.device.value = "T4"
+    assert (
+        ex.current()["total"]
+        < memory.estimate(memory.model_presets()["GPT-2 XL (1.5B)"], 256, 1024, dp=8)["total"]
+    )
+    ex.gpu.value = "T4"
     assert "T4 (16 GB" in ex.row.value
     bundle = ex._repr_mimebundle_()
     assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(bundle)
@@ -357,23 +393,28 @@ def test_big_course_configs_have_their_published_sizes():
 
 # --------------------------------------------------------------------------- in practice
 
+
 @pytest.mark.parametrize("t,sp", [(1, False), (8, False), (8, True), (4, True)])
 def test_tensor_and_sequence_parallel_activations_follow_korthikanti_table_2(t, sp):
     s, b, h, a = 2048, 1, 12288, 96  # GPT-3 175B's layer, 16-bit, dropout, unfused attention
     sbh = s * b * h
-    want = {"none": sbh * (34 + 5 * a * s / h) / t if sp else sbh * (10 + 24 / t + 5 * a * s / (h * t)),
-            "selective": 34 * sbh / t if sp else sbh * (10 + 24 / t),
-            "full": 2 * sbh / t if sp else 2 * sbh}
+    want = {
+        "none": sbh * (34 + 5 * a * s / h) / t if sp else sbh * (10 + 24 / t + 5 * a * s / (h * t)),
+        "selective": 34 * sbh / t if sp else sbh * (10 + 24 / t),
+        "full": 2 * sbh / t if sp else 2 * sbh,
+    }
     for mode, value in want.items():
         assert memory.activation_bytes(s, b, h, a, mode, tp=t, sequence_parallel=sp) == pytest.approx(value)
 
 
-OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
-       "of 79.25 GiB of which 1.50 GiB is free. Process 4242 has 3.00 GiB memory in use. Including "
-       "non-PyTorch memory, this process has 74.75 GiB memory in use. "
-       "Of the allocated memory 70.00 GiB is allocated by "
-       "PyTorch, and 4.00 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
-       "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+    "of 79.25 GiB of which 1.50 GiB is free. Process 4242 has 3.00 GiB memory in use. Including "
+    "non-PyTorch memory, this process has 74.75 GiB memory in use. "
+    "Of the allocated memory 70.00 GiB is allocated by "
+    "PyTorch, and 4.00 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+    "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+)
 
 
 def test_an_out_of_memory_message_is_read_into_its_numbers():
@@ -382,8 +423,11 @@ def test_an_out_of_memory_message_is_read_into_its_numbers():
     assert m.capacity == round(79.25 * 2**30) and m.other_processes == 3 * 2**30
     assert m.non_pytorch == round(0.75 * 2**30)  # the CUDA context and friends
     assert "fragmentation" in m.advice()  # 4 GiB cached but unusable for a 2 GiB request
-    tight = memory.read_oom(OOM.replace("4.00 GiB is reserved", "0.10 GiB is reserved")
-                            .replace("Process 4242 has 3.00 GiB memory in use. ", ""))
+    tight = memory.read_oom(
+        OOM.replace("4.00 GiB is reserved", "0.10 GiB is reserved").replace(
+            "Process 4242 has 3.00 GiB memory in use. ", ""
+        )
+    )
     assert tight.other_processes == 0 and "live tensors" in tight.advice()
     old = memory.read_oom(OOM.replace("capacity", "capacty"))  # older releases' spelling
     assert old.capacity == m.capacity

@@ -11,12 +11,18 @@ from helpers import hardware, mfu, models
 def test_worked_report_example_by_hand():
     # 6 * 125e6 * (64 * 1024) / 0.42 s / (2 GPUs * 312e12) = 0.18754...
     by_hand = 6 * 125e6 * 65536 / 0.42 / (2 * 312e12)
-    got = mfu.dense_transformer_mfu(params=125e6, global_batch_size=64, seq_len=1024, step_time_s=0.42,
-                                    num_gpus=2, peak_tflops_per_gpu=312)
+    got = mfu.dense_transformer_mfu(
+        params=125e6,
+        global_batch_size=64,
+        seq_len=1024,
+        step_time_s=0.42,
+        num_gpus=2,
+        peak_tflops_per_gpu=312,
+    )
     assert got["mfu"] == pytest.approx(by_hand, rel=1e-12) and round(got["mfu"], 4) == 0.1875
     assert got["tokens_per_step"] == 65536
-    assert got["tokens_per_second"] == pytest.approx(156_038.095, rel=1e-6)
-    assert got["achieved_tflops"] == pytest.approx(117.0286, rel=1e-5)
+    assert got["tokens_per_second"] == pytest.approx(65536 / 0.42, rel=1e-12)
+    assert got["achieved_tflops"] == pytest.approx(6 * 125e6 * 65536 / 0.42 / 1e12, rel=1e-12)  # both GPUs
     text = mfu.example_report().format()
     assert "estimated_mfu: 18.8%" in text and "tokens_per_second: 156,038" in text
     assert "312 TFLOP/s" in text and "2x A100" in text
@@ -37,14 +43,17 @@ def test_formulas_by_hand():
     assert mfu.model_flops_per_step(cfg, 4, 32) == per_token * 4 * 32
 
 
-@pytest.mark.parametrize("call", [
-    lambda: mfu.mfu(1e12, 1.0, 0, 1e12),  # zero devices
-    lambda: mfu.mfu(1e12, 0.0, 1, 1e12),  # zero time
-    lambda: mfu.mfu(1e12, 1.0, 1.5, 1e12),  # fractional devices
-    lambda: mfu.hfu(-1.0, 1.0, 1, 1e12),
-    lambda: mfu.tokens_per_step(8, 0),
-    lambda: mfu.dense_model_flops(float("inf"), 1),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: mfu.mfu(1e12, 1.0, 0, 1e12),  # zero devices
+        lambda: mfu.mfu(1e12, 0.0, 1, 1e12),  # zero time
+        lambda: mfu.mfu(1e12, 1.0, 1.5, 1e12),  # fractional devices
+        lambda: mfu.hfu(-1.0, 1.0, 1, 1e12),
+        lambda: mfu.tokens_per_step(8, 0),
+        lambda: mfu.dense_model_flops(float("inf"), 1),
+    ],
+)
 def test_bad_inputs_raise_value_error(call):
     with pytest.raises(ValueError):
         call()
@@ -67,14 +76,19 @@ def test_count_flops_counts_cpu_attention_forward_by_hand():
 
 
 def test_count_flops_attention_matches_the_math_path():
-    # Independent check: the unfused (math) attention is plain bmm's, which every torch counts.
+    # Independent check: the unfused (math) attention is plain bmm's, which every torch counts;
+    # the fused CPU kernel is what our added formula counts. Each backend is forced, and the
+    # operator names say which kernel ran.
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     q, k, v = _attention_inputs(s=24, d=16)
     with sdpa_kernel(SDPBackend.MATH):
-        math_path = mfu.count_flops(F.scaled_dot_product_attention, q, k, v)
-    assert math_path > 0
-    assert mfu.count_flops(F.scaled_dot_product_attention, q, k, v) == math_path
+        math_path = mfu.flop_breakdown(F.scaled_dot_product_attention, q, k, v)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        fused = mfu.flop_breakdown(F.scaled_dot_product_attention, q, k, v)
+    assert set(math_path) == {"bmm"}
+    assert set(fused) == {"_scaled_dot_product_flash_attention_for_cpu"}
+    assert sum(fused.values()) == sum(math_path.values()) == 4 * 2 * 4 * 24 * 24 * 16
 
 
 def test_count_flops_attention_backward_recomputes_scores():
@@ -101,10 +115,15 @@ def test_count_flops_linear_forward_and_backward_by_hand():
     assert mfu.count_flops(lambda: layer(x).sum().backward()) == 6 * 10 * 32 * 16
 
 
-@pytest.mark.parametrize("overrides,batch,seq", [
-    ({}, 8, 64), ({}, 3, 17), ({"n_layers": 3, "d_model": 48, "n_heads": 6, "vocab_size": 100}, 2, 40),
-    ({"mlp_ratio": 2, "n_layers": 1}, 1, 64),
-])
+@pytest.mark.parametrize(
+    "overrides,batch,seq",
+    [
+        ({}, 8, 64),
+        ({}, 3, 17),
+        ({"n_layers": 3, "d_model": 48, "n_heads": 6, "vocab_size": 100}, 2, 40),
+        ({"mlp_ratio": 2, "n_layers": 1}, 1, 64),
+    ],
+)
 def test_counted_flops_formula_matches_the_counter(overrides, batch, seq):
     cfg = models.get_config("tiny", **overrides)
     step = models.make_train_step(models.build_model(cfg), models.make_batch(cfg, batch, seq))
@@ -129,15 +148,31 @@ def test_claims_round_trip(bug):
     assert mfu.claim_problem(claim) == bug
     truth = mfu.true_mfu(claim)
     assert truth == pytest.approx(mfu.true_mfu(mfu.make_claim("none", **setup)))
-    factor = {"none": 1, "sparse_peak": 0.5, "one_device": 8, "max_seq_len": 2, "grad_accum": 0.25,
-              "mp_tokens": 4, "recompute": 8 / 6}[bug]  # defaults: 8 devices, seq 1024 of 2048, accum 4
+    factor = {
+        "none": 1,
+        "sparse_peak": 0.5,
+        "one_device": 8,
+        "max_seq_len": 2,
+        "grad_accum": 0.25,
+        "mp_tokens": 4,
+        "recompute": 8 / 6,
+    }[bug]  # defaults: 8 devices, seq 1024 of 2048, accum 4
     assert claim.claimed_mfu == pytest.approx(truth * factor)
 
 
 def test_only_data_parallel_replicas_multiply_the_tokens():
     # 16 devices, tensor parallel 4 -> 4 replicas see different data; all 16 are in the denominator
-    c = mfu.make_claim("none", params=1e9, micro_batch_size=2, seq_len=2048, grad_accum_steps=1,
-                       num_devices=16, model_parallel=4, step_time_s=1.0, device="H100 SXM")
+    c = mfu.make_claim(
+        "none",
+        params=1e9,
+        micro_batch_size=2,
+        seq_len=2048,
+        grad_accum_steps=1,
+        num_devices=16,
+        model_parallel=4,
+        step_time_s=1.0,
+        gpu="H100 SXM",
+    )
     assert c.data_parallel == 4 and c.tokens_per_step == 2 * 2048 * 4
     assert mfu.true_mfu(c) == pytest.approx(6e9 * 2 * 2048 * 4 / (16 * 989.5e12))
     with pytest.raises(ValueError, match="multiple"):
@@ -154,13 +189,29 @@ def test_published_mfu_figures():
 
 
 def test_true_mfu_by_hand_and_example_claims():
-    c = mfu.make_claim("none", params=100_000_000, micro_batch_size=2, seq_len=512, grad_accum_steps=3,
-                       num_devices=4, step_time_s=0.5, device="H100 SXM", dtype="bf16")
+    c = mfu.make_claim(
+        "none",
+        params=100_000_000,
+        micro_batch_size=2,
+        seq_len=512,
+        grad_accum_steps=3,
+        num_devices=4,
+        step_time_s=0.5,
+        gpu="H100 SXM",
+        dtype="bf16",
+    )
     by_hand = 6 * 100e6 * (2 * 512 * 3 * 4) / (0.5 * 4 * 989.5e12)
     assert mfu.true_mfu(c) == pytest.approx(by_hand)
     claims = mfu.example_claims()
     assert [mfu.claim_problem(c) for c in claims] == [
-        "sparse_peak", "one_device", "none", "max_seq_len", "grad_accum", "mp_tokens", "recompute"]
+        "sparse_peak",
+        "one_device",
+        "none",
+        "max_seq_len",
+        "grad_accum",
+        "mp_tokens",
+        "recompute",
+    ]
     assert all(0.3 < mfu.true_mfu(c) < 0.5 for c in claims)  # plausible runs behind each claim
 
 
@@ -222,8 +273,10 @@ def test_noisy_runs_say_so_in_the_report():
     assert len(run.warnings()) == 2 and "busy machine" in run.report().format()
 
 
-@pytest.mark.parametrize("argv,message", [(["--batch", "0"], "batch_size must be >= 1"),
-                                          (["--config", "nope"], "unknown model config 'nope'")])
+@pytest.mark.parametrize(
+    "argv,message",
+    [(["--batch", "0"], "batch_size must be >= 1"), (["--config", "nope"], "unknown model config 'nope'")],
+)
 def test_benchmark_command_bad_input_is_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as done:
         mfu.main(argv)
@@ -238,9 +291,17 @@ def _sweep_rows(times_by_len):
     for seq, times in times_by_len.items():
         batch = 512 // seq
         t = sorted(times)[len(times) // 2]
-        rows.append({"seq_len": seq, "batch_size": batch, "step_time_s": t, "step_times_s": times,
-                     "step_time_min_s": min(times), "step_time_max_s": max(times),
-                     **throughput(t, batch, seq)})
+        rows.append(
+            {
+                "seq_len": seq,
+                "batch_size": batch,
+                "step_time_s": t,
+                "step_times_s": times,
+                "step_time_min_s": min(times),
+                "step_time_max_s": max(times),
+                **throughput(t, batch, seq),
+            }
+        )
     return rows
 
 

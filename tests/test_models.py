@@ -80,8 +80,9 @@ def test_training_steps_reduce_loss_on_a_fixed_batch():
 
 def test_bf16_autocast_step_runs_on_cpu():
     cfg = models.get_config("tiny")
-    step = models.make_train_step(models.build_model(cfg), models.make_batch(cfg, 2),
-                                  autocast_dtype=torch.bfloat16)
+    step = models.make_train_step(
+        models.build_model(cfg), models.make_batch(cfg, 2), autocast_dtype=torch.bfloat16
+    )
     assert torch.isfinite(step())
 
 

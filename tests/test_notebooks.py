@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import prose
 import pytest
 from conftest import CHAPTERS, ROOT
 
@@ -36,14 +37,21 @@ def _executed(chapter: str, executed_dir: Path) -> Path:
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_papermill_executes_quick_on_cpu(chapter, executed_dir):
     nb = nbformat.read(_executed(chapter, executed_dir), as_version=4)
-    errors = [c for c in nb.cells if c.cell_type == "code"
-              and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    errors = [
+        c
+        for c in nb.cells
+        if c.cell_type == "code" and any(o.get("output_type") == "error" for o in c.get("outputs", []))
+    ]
     assert not errors
     graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
     assert graded and all("✓" in "".join(o.get("text", "") for o in c.outputs) for c in graded)
     # stock `nbgrader autograde` scores any graded cell that writes to stderr as 0
-    noisy = {c.metadata["nbgrader"]["grade_id"]: o.get("text", "")[:200] for c in graded
-             for o in c.outputs if o.get("output_type") == "stream" and o.get("name") == "stderr"}
+    noisy = {
+        c.metadata["nbgrader"]["grade_id"]: o.get("text", "")[:200]
+        for c in graded
+        for o in c.outputs
+        if o.get("output_type") == "stream" and o.get("name") == "stderr"
+    }
     assert not noisy, f"graded cells write to stderr (stock nbgrader would score them 0): {noisy}"
 
 
@@ -72,17 +80,37 @@ def test_nbval_lax_on_the_chinese_edition(chapter, executed_dir, tmp_path):
     # `-p trainperf` loads first and spares this pytest nbformat's slow optional import
     # (see src/trainperf/__init__.py): 2-4 s a chapter.
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env",
-         "-p", "trainperf", "-p", "no:cacheprovider", str(target)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "--nbval-lax",
+            "--nbval-current-env",
+            "-p",
+            "trainperf",
+            "-p",
+            "no:cacheprovider",
+            str(target),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     # what the learner read while it ran: English prose left in the Chinese edition
-    kept = i18n.kept_terms(ROOT, "zh")
+    kept = prose.kept_terms(ROOT, "zh")
     shown = [json.loads(line) for line in (tmp_path / "shown.jsonl").read_text(encoding="utf-8").splitlines()]
-    english = [f"{cell['cell']}: {line[:120]}" for cell in shown for line in i18n.shown_lines(cell["outputs"])
-               if i18n.english_prose(line, kept | _names_in(cell["source"])) and not _not_ours(line)]
-    assert english == [], (f"{len(english)} output lines of the Chinese edition are English prose:\n"
-                           + "\n".join(english))
+    english = [
+        f"{cell['cell']}: {line[:120]}"
+        for cell in shown
+        for line in prose.shown_lines(cell["outputs"])
+        if prose.english_prose(line, kept | _names_in(cell["source"])) and not _not_ours(line)
+    ]
+    assert english == [], (
+        f"{len(english)} output lines of the Chinese edition are English prose:\n" + "\n".join(english)
+    )
 
 
 def _names_in(source: str) -> frozenset[str]:
@@ -97,8 +125,11 @@ def _not_ours(line: str) -> bool:
     from helpers.report import corpus
 
     text = line.strip()
-    return bool(NOT_OURS.search(line) or text.startswith(corpus.CORPUS_TITLE)
-                or (len(text) > 8 and text in corpus.corpus_text()))
+    return bool(
+        NOT_OURS.search(line)
+        or text.startswith(corpus.CORPUS_TITLE)
+        or (len(text) > 8 and text in corpus.corpus_text())
+    )
 
 
 def _shown_in_chinese(printed: str) -> str:
@@ -128,12 +159,15 @@ def pytest_runtest_teardown(item):
 # Lines a learner reads that no translation of the course can change: command lines the course
 # prints for a shell, Python source it shows, PyTorch's own tables and messages (quoted inside
 # ours too), and a library's warning, which only some machines print.
-NOT_OURS = re.compile(r"^\s*(exec\s+)?(nsys|python|torchrun|srun|pip|git)\s"
-                      r"|^\s*(def |return |if |for |\"\"\")|\"\"\"\s*$"
-                      r"|Self CPU|size mismatch at index|Failed to trace|Unsupported Tensor"
-                      r"|NVTX functions not installed|CUDA out of memory"
-                      r"|runs per measurement|Interquartile range|environmental influence|system fluctuation"
-                      r"|site-packages/\S+\.py:\d+: \w*Warning")
+NOT_OURS = re.compile(
+    r"^\s*(exec\s+)?(nsys|python|torchrun|srun|pip|git)\s"
+    r"|^\s*(def |return |if |for |\"\"\")|\"\"\"\s*$"
+    r"|Self CPU|size mismatch at index|Failed to trace|Unsupported Tensor"
+    r"|NVTX functions not installed|CUDA out of memory"
+    r"|runs per measurement|Interquartile range|environmental influence|system fluctuation"
+    r"|site-packages/\S+\.py:\d+: \w*Warning"
+)
+
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_notebook_conventions(chapter):
@@ -152,8 +186,9 @@ def test_notebook_conventions(chapter):
         if meta.get("solution") and not meta.get("grade"):
             assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source
             follower = cells[i + 1].metadata.get("nbgrader", {})
-            assert follower.get("grade") and follower.get("points"), \
+            assert follower.get("grade") and follower.get("points"), (
                 f"answer cell {meta['grade_id']} must be followed by its test cell"
+            )
         if meta.get("grade"):
             assert "checks." in cell.source, "visible checks use helpers.checks"
             assert "### BEGIN HIDDEN TESTS" in cell.source, f"{meta['grade_id']} has no hidden tests"
@@ -161,8 +196,9 @@ def test_notebook_conventions(chapter):
             assert not problems, f"{meta['grade_id']}: " + "; ".join(problems)
         if cell.cell_type == "code" and not meta and cell is not code[1]:
             lines = [ln for ln in cell.source.splitlines() if ln.strip()]
-            assert len(lines) <= MAX_TEACHING_CELL_LINES, \
+            assert len(lines) <= MAX_TEACHING_CELL_LINES, (
                 f"a {len(lines)}-line teaching cell belongs in src/helpers:\n{cell.source[:200]}"
+            )
     assert sum(1 for c in cells if c.metadata.get("nbgrader", {}).get("grade")) >= 4
 
 
@@ -170,7 +206,7 @@ def _install_block(chapter: str) -> str:
     """The setup cell up to ``import helpers``: the part that installs the helpers."""
     nb = nbformat.read(chapter_notebook(ROOT, chapter), as_version=4)
     setup = [c for c in nb.cells if c.cell_type == "code"][1].source
-    return setup[:setup.index("\nimport helpers\n")]
+    return setup[: setup.index("\nimport helpers\n")]
 
 
 def test_setup_cell_installs_the_same_way_in_every_chapter():
@@ -178,8 +214,7 @@ def test_setup_cell_installs_the_same_way_in_every_chapter():
     else the index name; pip's output streamed (no -q), so a learner sees it progress."""
     blocks = {chapter: _install_block(chapter) for chapter in CHAPTERS}
     first = blocks[CHAPTERS[0]]
-    assert all(block == first for block in blocks.values()), \
-        [c for c, b in blocks.items() if b != first]
+    assert all(block == first for block in blocks.values()), [c for c, b in blocks.items() if b != first]
     assert 'os.environ.get("TRAINPERF_SPEC")' in first
     assert '["-e", str(repo)]' in first and '["trainperf-course"]' in first
     # the install itself never reaches for a git URL the learner did not give; the error names it
@@ -237,8 +272,10 @@ def test_test_cells_are_self_contained(chapter):
             tree = ast.parse(cell.source)
             for node in tree.body:  # only top-level definitions are the answer's names
                 _, top = _names(ast.Module(body=[node], type_ignores=[]))
-                if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign, ast.Import,
-                                     ast.ImportFrom, ast.AnnAssign)):
+                if isinstance(
+                    node,
+                    (ast.FunctionDef, ast.ClassDef, ast.Assign, ast.Import, ast.ImportFrom, ast.AnnAssign),
+                ):
                     answers |= top if not isinstance(node, ast.FunctionDef) else {node.name}
     allowed = imported | answers | set(dir(builtins))
     for cell in nb.cells:

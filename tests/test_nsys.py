@@ -1,23 +1,42 @@
 """helpers.nsys: the command lines, the stats CSV and SQLite readers, the examples."""
 
+import importlib.util
 import shlex
 import shutil
 import sqlite3
+import sys
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
 from helpers import hardware, nsys, roofline
-from helpers.nsys import _make_examples as _nsys_examples
+
+# The generator of the shipped examples is a course script, not part of the package.
+_spec = importlib.util.spec_from_file_location(
+    "make_nsys_examples", ROOT / "scripts" / "make_nsys_examples.py"
+)
+_nsys_examples = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("make_nsys_examples", _nsys_examples)  # dataclasses look their module up
+_spec.loader.exec_module(_nsys_examples)
 
 # --------------------------------------------------------------------------- command lines
 
 
 def test_single_process_command():
     cmd = nsys.profile_command("train.py")
-    assert cmd.argv == ["nsys", "profile", "--trace=cuda,nvtx,osrt,cublas,cudnn", "--sample=none",
-                        "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-                        "--force-overwrite=true", "--output=trace_step", "python", "train.py"]
+    assert cmd.argv == [
+        "nsys",
+        "profile",
+        "--trace=cuda,nvtx,osrt,cublas,cudnn",
+        "--sample=none",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=stop",
+        "--force-overwrite=true",
+        "--output=trace_step",
+        "python",
+        "train.py",
+    ]
     assert shlex.split(cmd.shell) == cmd.argv
     assert cmd.pretty().splitlines()[0] == "nsys profile \\"
 
@@ -42,11 +61,24 @@ def test_torchrun_one_report_wraps_the_launcher():
 
 def test_parse_profile_command_ignores_option_order():
     a = nsys.parse_profile_command(nsys.profile_command("t.py", nproc_per_node=2).argv)
-    b = nsys.parse_profile_command(["torchrun", "--nproc_per_node=2", "--no-python", "nsys", "profile",
-                                    "-t", "nccl,cuda,nvtx,osrt,cublas,cudnn",
-                                    "--output=trace_step_rank%q{RANK}",
-                                    "--sample=none", "--force-overwrite=true", "--capture-range-end=stop",
-                                    "--capture-range=cudaProfilerApi", "python", "t.py"])
+    b = nsys.parse_profile_command(
+        [
+            "torchrun",
+            "--nproc_per_node=2",
+            "--no-python",
+            "nsys",
+            "profile",
+            "-t",
+            "nccl,cuda,nvtx,osrt,cublas,cudnn",
+            "--output=trace_step_rank%q{RANK}",
+            "--sample=none",
+            "--force-overwrite=true",
+            "--capture-range-end=stop",
+            "--capture-range=cudaProfilerApi",
+            "python",
+            "t.py",
+        ]
+    )
     assert a["options"] == b["options"]  # -t is --trace
     assert a["program"] == b["program"] == ["python", "t.py"]
     with pytest.raises(ValueError, match="Not an nsys profile"):
@@ -55,12 +87,32 @@ def test_parse_profile_command_ignores_option_order():
 
 def test_parse_accepts_the_equivalent_spellings():
     want = nsys.parse_profile_command(nsys.profile_command("t.py", nproc_per_node=8, output="o").argv)
-    spaced = nsys.parse_profile_command([
-        "torchrun", "--standalone", "--nproc_per_node", "8", "--no-python", "nsys", "profile",
-        "-t", "cuda,nvtx,osrt,cublas,cudnn,nccl", "-s", "none", "--capture-range", "cudaProfilerApi",
-        "--capture-range-end=stop", "-f", "true", "-o", "o_rank%q{RANK}", "python", "t.py"])
+    spaced = nsys.parse_profile_command(
+        [
+            "torchrun",
+            "--standalone",
+            "--nproc_per_node",
+            "8",
+            "--no-python",
+            "nsys",
+            "profile",
+            "-t",
+            "cuda,nvtx,osrt,cublas,cudnn,nccl",
+            "-s",
+            "none",
+            "--capture-range",
+            "cudaProfilerApi",
+            "--capture-range-end=stop",
+            "-f",
+            "true",
+            "-o",
+            "o_rank%q{RANK}",
+            "python",
+            "t.py",
+        ]
+    )
     assert spaced == want and spaced["nproc_per_node"] == 8
-    dashed = nsys.parse_profile_command(["torchrun", "--nproc-per-node=8"] + want_argv_tail())
+    dashed = nsys.parse_profile_command(["torchrun", "--nproc-per-node=8", *want_argv_tail()])
     assert dashed["nproc_per_node"] == 8
     with pytest.raises(ValueError, match="no value"):
         nsys.parse_profile_command(["nsys", "profile", "-t"])
@@ -99,14 +151,30 @@ def test_profile_only_some_ranks():
 
 def test_stats_and_export_commands():
     assert nsys.stats_command("trace_step.nsys-rep").argv == [
-        "nsys", "stats", "--report", "cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum,nvtx_sum",
-        "--format", "csv", "trace_step.nsys-rep"]
+        "nsys",
+        "stats",
+        "--report",
+        "cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum,nvtx_sum",
+        "--format",
+        "csv",
+        "trace_step.nsys-rep",
+    ]
     assert nsys.export_command("run/trace_step.nsys-rep").argv[-2:] == [
-        "--output=run/trace_step.sqlite", "run/trace_step.nsys-rep"]
+        "--output=run/trace_step.sqlite",
+        "run/trace_step.nsys-rep",
+    ]
 
 
-@pytest.mark.parametrize("kwargs", [{"nproc_per_node": 0}, {"nproc_per_node": 2.5}, {"output": "has space"},
-                                    {"capture_range": "cudaProfilerAPI"}, {"trace": []}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"nproc_per_node": 0},
+        {"nproc_per_node": 2.5},
+        {"output": "has space"},
+        {"capture_range": "cudaProfilerAPI"},
+        {"trace": []},
+    ],
+)
 def test_profile_command_rejects_bad_input(kwargs):
     with pytest.raises(ValueError):
         nsys.profile_command("train.py", **kwargs)
@@ -161,17 +229,21 @@ def test_columns_are_found_by_name_not_position(tmp_path):
 def test_stats_errors_are_one_line(tmp_path):
     with pytest.raises(FileNotFoundError, match="No such file"):
         nsys.read_stats_csv(tmp_path / "missing.csv")
-    cases = {"not_csv.txt": b"hello world\nthis is not a report\n",
-             "wrong_columns.csv": b"a,b,c\n1,2,3\n",
-             "binary.nsys-rep": b"\x00\x01QDSTRM\x00" * 10}
+    cases = {
+        "not_csv.txt": b"hello world\nthis is not a report\n",
+        "wrong_columns.csv": b"a,b,c\n1,2,3\n",
+        "binary.nsys-rep": b"\x00\x01QDSTRM\x00" * 10,
+    }
     for name, content in cases.items():
         (tmp_path / name).write_bytes(content)
         with pytest.raises(ValueError) as err:
             nsys.read_stats_csv(tmp_path / name)
         assert "\n" not in str(err.value), name
     missing = tmp_path / "kern.csv"  # a kernel table without a Name column
-    missing.write_text("Processing [r] with [reports/cuda_gpu_kern_sum.py]...\n"
-                       "Time (%),Total Time (ns),Instances,Range\n100,5,1,x\n")
+    missing.write_text(
+        "Processing [r] with [reports/cuda_gpu_kern_sum.py]...\n"
+        "Time (%),Total Time (ns),Instances,Range\n100,5,1,x\n"
+    )
     with pytest.raises(ValueError, match="lacks column"):
         nsys.read_stats_csv(missing)
     bad_number = tmp_path / "num.csv"
@@ -207,15 +279,24 @@ def _tiny_db(path, with_text_id=True):
             color INT, text TEXT, globalTid INT, endGlobalTid INT
             {", textId INT" if with_text_id else ""}, domainId INT);
     """)
-    rows = [(0, 1000, 59, "step", None), (5, 95, 59, "dataloader", None), (100, 300, 59, None, 5),
-            (400, 400, 34, "a mark", None), (200, 250, 60, "async", None), (2000, None, 59, "open", None)]
+    rows = [
+        (0, 1000, 59, "step", None),
+        (5, 95, 59, "dataloader", None),
+        (100, 300, 59, None, 5),
+        (400, 400, 34, "a mark", None),
+        (200, 250, 60, "async", None),
+        (2000, None, 59, "open", None),
+    ]
     for start, end, kind, text, text_id in rows:
         if with_text_id:
-            con.execute("INSERT INTO NVTX_EVENTS VALUES (?,?,?,0,0,0,?,?,?,?,0)",
-                        (start, end, kind, text, tid, tid, text_id))
+            con.execute(
+                "INSERT INTO NVTX_EVENTS VALUES (?,?,?,0,0,0,?,?,?,?,0)",
+                (start, end, kind, text, tid, tid, text_id),
+            )
         elif text is not None:
-            con.execute("INSERT INTO NVTX_EVENTS VALUES (?,?,?,0,0,0,?,?,?,0)",
-                        (start, end, kind, text, tid, tid))
+            con.execute(
+                "INSERT INTO NVTX_EVENTS VALUES (?,?,?,0,0,0,?,?,?,0)", (start, end, kind, text, tid, tid)
+            )
     con.commit()
     con.close()
 
@@ -292,23 +373,28 @@ def test_examples_are_labelled_and_the_csv_agrees_with_the_database(scenario):
     assert "not a real capture" in stats["nvtx_sum"].meta["note"]
     assert "not a real capture" in db["nvtx"].meta["note"]
     assert all("example" in nsys.example_path(scenario, kind).name for kind in ("stats", "sqlite"))
-    for report, table, by in [("cuda_gpu_kern_sum", "kernels", "name"), ("cuda_api_sum", "runtime", "api"),
-                              ("nvtx_sum", "nvtx", "name")]:
+    for report, table, by in [
+        ("cuda_gpu_kern_sum", "kernels", "name"),
+        ("cuda_api_sum", "runtime", "api"),
+        ("nvtx_sum", "nvtx", "name"),
+    ]:
         want = nsys.summarize(db[table], by=by)
         got = stats[report]
         for column in ("total_ns", "count"):
             assert dict(zip(got["name"], got[column], strict=True)) == dict(
-                zip(want["name"], want[column], strict=True))
+                zip(want["name"], want[column], strict=True)
+            )
         assert got["med_ns"] == pytest.approx(want["med_ns"], abs=0.05)
     mem = stats["cuda_gpu_mem_time_sum"]
     assert mem["total_ns"].sum() == db["memcpy"]["duration_ns"].sum() + (
-        db["memset"]["duration_ns"].sum() if "memset" in db else 0)
+        db["memset"]["duration_ns"].sum() if "memset" in db else 0
+    )
     steps = db["nvtx"].take(db["nvtx"]["name"] == "step")
     assert len(steps) == 5 and set(db["nvtx"]["depth"][db["nvtx"]["name"] != "step"]) == {1}
 
 
 def test_generator_reproduces_the_committed_examples(tmp_path):
-    nsys.make_nsys_examples(tmp_path)
+    _nsys_examples.write_examples(tmp_path)
     for scenario in nsys.EXAMPLE_SCENARIOS:
         committed = nsys.example_path(scenario)
         assert (tmp_path / committed.name).read_text() == committed.read_text()
@@ -322,10 +408,12 @@ def test_example_scenarios_show_what_they_are_described_to():
     got = {}
     for scenario in nsys.EXAMPLE_SCENARIOS:
         s = nsys.read_stats_csv(nsys.example_path(scenario))
-        got[scenario] = nsys.dominant_bucket(nsys.step_buckets(
-            s["cuda_gpu_kern_sum"], s["cuda_gpu_mem_time_sum"], s["nvtx_sum"]))
+        got[scenario] = nsys.dominant_bucket(
+            nsys.step_buckets(s["cuda_gpu_kern_sum"], s["cuda_gpu_mem_time_sum"], s["nvtx_sum"])
+        )
     assert got == {"compute": "gemm/attention", "memcpy": "memcpy", "launch": "gpu idle"}
-    assert "GPT" in nsys.describe_example("compute") and _nsys_examples.NOTE.startswith("SYNTHETIC")
+    assert "GPT" in nsys.describe_example("compute") and nsys.EXAMPLE_NOTE.startswith("SYNTHETIC")
+    assert _nsys_examples.SCENARIOS["launch"].description == nsys.describe_example("launch")
     with pytest.raises(ValueError, match="Unknown example"):
         nsys.example_path("real")
 
@@ -383,8 +471,13 @@ def test_top_kernel_and_buckets_by_hand():
     assert name == "sm80_xmma_gemm" and share == pytest.approx(500 / 1000)
     assert nsys.top_kernel(kern)[1] == pytest.approx(500 / 900)
     b = nsys.step_buckets(kern, mem, nvtx)
-    assert b == {"gemm/attention": 800.0, "other kernels": 100.0, "memcpy": 60.0, "memset": 40.0,
-                 "gpu idle": 500.0}
+    assert b == {
+        "gemm/attention": 800.0,
+        "other kernels": 100.0,
+        "memcpy": 60.0,
+        "memset": 40.0,
+        "gpu idle": 500.0,
+    }
     assert nsys.dominant_bucket(b) == "gemm/attention"
     assert nsys.api_time(api) == {"cuda api": 70.0, "sync wait": 900.0}
     idle = nsys.step_buckets(kern, mem, _table("nvtx_sum", [("step", 5000)]))

@@ -31,8 +31,12 @@ def dist(tmp_path_factory):
 
 
 def test_twine_check_passes(dist):
-    done = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", dist["wheel"], dist["sdist"]],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", dist["wheel"], dist["sdist"]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("PASSED") == 2
 
@@ -40,8 +44,11 @@ def test_twine_check_passes(dist):
 def test_wheel_holds_every_file_of_the_packages_and_the_metadata(dist):
     names = set(zipfile.ZipFile(dist["wheel"]).namelist())
     src = ROOT / "src"
-    wanted = {p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file()
-              and "__pycache__" not in p.parts and p.suffix != ".pyc" and "egg-info" not in str(p)}
+    wanted = {
+        p.relative_to(src).as_posix()
+        for p in src.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc" and "egg-info" not in str(p)
+    }
     assert sorted(wanted - names) == []
     assert {"helpers/data/fonts/TrainperfSansSC-Regular.otf", "helpers/data/strings_zh.json"} <= names
     meta_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
@@ -58,10 +65,17 @@ def test_wheel_holds_every_file_of_the_packages_and_the_metadata(dist):
 
 
 def test_sdist_builds_the_same_package(dist):
-    members = {m.split("/", 1)[1] for m in tarfile.open(dist["sdist"]).getnames() if "/" in m}
-    assert {"pyproject.toml", "README.md", "LICENSE", "src/helpers/__init__.py",
-            "src/helpers/data/fonts/TrainperfSansSC-Regular.otf", "src/helpers/data/fonts/OFL.txt",
-            "src/trainperf/cli.py"} <= members
+    with tarfile.open(dist["sdist"]) as sdist:
+        members = {m.split("/", 1)[1] for m in sdist.getnames() if "/" in m}
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "LICENSE",
+        "src/helpers/__init__.py",
+        "src/helpers/data/fonts/TrainperfSansSC-Regular.otf",
+        "src/helpers/data/fonts/OFL.txt",
+        "src/trainperf/cli.py",
+    } <= members
 
 
 def test_readmes_say_how_to_install_anywhere():
@@ -70,8 +84,15 @@ def test_readmes_say_how_to_install_anywhere():
     cpu = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
     for name in ("README.md", "README.zh.md"):
         text = (ROOT / name).read_text(encoding="utf-8")
-        for needed in (cpu, "pip config set global.index-url", "PIP_INDEX_URL", "trainperf-course",
-                       "trainperf --root", "pip install -e", "TRAINPERF_SPEC"):
+        for needed in (
+            cpu,
+            "pip config set global.index-url",
+            "PIP_INDEX_URL",
+            "trainperf-course",
+            "trainperf --root",
+            "pip install -e",
+            "TRAINPERF_SPEC",
+        ):
             assert needed in text, f"{name} does not say {needed!r}"
     assert "an installed torch is\nkept" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert "已经安装的 torch 会被保留" in (ROOT / "README.zh.md").read_text(encoding="utf-8")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes  # declared in the course extra: a missing one is a broken install, not a skip
 import pytest
 import torch
 
@@ -12,8 +13,14 @@ from helpers import bench, precision
 
 # --------------------------------------------------------------------------- formats
 
-TORCH_FORMATS = {"fp32": "ieee", "fp16": "ieee", "bf16": "ieee", "fp8_e4m3": "fn", "fp8_e5m2": "ieee",
-                 "e8m0": "e8m0"}
+TORCH_FORMATS = {
+    "fp32": "ieee",
+    "fp16": "ieee",
+    "bf16": "ieee",
+    "fp8_e4m3": "fn",
+    "fp8_e5m2": "ieee",
+    "e8m0": "e8m0",
+}
 
 
 @pytest.mark.parametrize("name,layout", TORCH_FORMATS.items())
@@ -21,8 +28,12 @@ def test_the_bit_layout_gives_what_finfo_says(name, layout):
     row = precision.format_table().row(name)
     assert row.source == "torch.finfo" and row.bits == torch.finfo(row.dtype).bits
     limits = precision.layout_limits(row.exponent_bits, row.mantissa_bits, layout)
-    assert limits == {"max": row.max, "smallest_normal": row.smallest_normal,
-                      "smallest_subnormal": row.smallest_subnormal, "eps": row.eps}
+    assert limits == {
+        "max": row.max,
+        "smallest_normal": row.smallest_normal,
+        "smallest_subnormal": row.smallest_subnormal,
+        "eps": row.eps,
+    }
 
 
 def test_layouts_by_hand():
@@ -37,16 +48,21 @@ def test_layouts_by_hand():
     assert e8m0.smallest_subnormal is None and e8m0.max == 2.0**127
 
 
-@pytest.mark.parametrize("name,reference", [("fp4_e2m1", "float4_e2m1fn"), ("fp6_e2m3", "float6_e2m3fn"),
-                                            ("fp6_e3m2", "float6_e3m2fn")])
+@pytest.mark.parametrize(
+    "name,reference",
+    [("fp4_e2m1", "float4_e2m1fn"), ("fp6_e2m3", "float6_e2m3fn"), ("fp6_e3m2", "float6_e3m2fn")],
+)
 def test_mx_element_formats_match_ml_dtypes(name, reference):
     """Formats with no inf and no NaN code (OCP MX v1.0), checked against ml_dtypes' finfo."""
-    ml_dtypes = pytest.importorskip("ml_dtypes")
     info = ml_dtypes.finfo(getattr(ml_dtypes, reference))
     row = precision.format_table().row(name)
     assert row.source == "bit layout" and row.bits == info.bits
     assert (row.max, row.smallest_normal, row.smallest_subnormal, row.eps) == (
-        float(info.max), float(info.smallest_normal), float(info.smallest_subnormal), float(info.eps))
+        float(info.max),
+        float(info.smallest_normal),
+        float(info.smallest_subnormal),
+        float(info.eps),
+    )
     assert precision.format_table().row("fp4_e2m1").max == 6.0  # the whole positive range: 0.5 ... 6
 
 
@@ -71,6 +87,7 @@ def test_table_prints_every_format_and_refuses_unknown_names():
 
 # --------------------------------------------------------------------------- fates and picks
 
+
 def _torch_fate(value: float, dtype: torch.dtype) -> str:
     cast = torch.tensor(value, dtype=torch.float32).to(dtype).float().item()
     if math.isinf(cast):
@@ -80,13 +97,42 @@ def _torch_fate(value: float, dtype: torch.dtype) -> str:
     return "subnormal" if abs(cast) < torch.finfo(dtype).smallest_normal else "normal"
 
 
-VALUES = [65504.0, 65519.0, 65520.0, 7e4, 1.0, 1e-4, 6.1e-5, 6.09e-5, 3e-5, 1e-6, 5.97e-8, 2.99e-8, 2.98e-8,
-          1e-9, 1e38, 3.39e38, 3.4e38, 1e-38, 1e-40, 4.6e-41, 4.5e-41, 57344.0, 61439.0, 61440.0, 1.6e-5,
-          7.7e-6, 7.6e-6, -7e4, -3e-5]
+VALUES = [
+    65504.0,
+    65519.0,
+    65520.0,
+    7e4,
+    1.0,
+    1e-4,
+    6.1e-5,
+    6.09e-5,
+    3e-5,
+    1e-6,
+    5.97e-8,
+    2.99e-8,
+    2.98e-8,
+    1e-9,
+    1e38,
+    3.39e38,
+    3.4e38,
+    1e-38,
+    1e-40,
+    4.6e-41,
+    4.5e-41,
+    57344.0,
+    61439.0,
+    61440.0,
+    1.6e-5,
+    7.7e-6,
+    7.6e-6,
+    -7e4,
+    -3e-5,
+]
 
 
-@pytest.mark.parametrize("dtype,layout", [(torch.float16, (5, 10)), (torch.bfloat16, (8, 7)),
-                                          (torch.float8_e5m2, (5, 2))])
+@pytest.mark.parametrize(
+    "dtype,layout", [(torch.float16, (5, 10)), (torch.bfloat16, (8, 7)), (torch.float8_e5m2, (5, 2))]
+)
 def test_fate_agrees_with_torch_casts_including_the_rounding_edges(dtype, layout):
     for value in VALUES:
         assert precision.fate(value, *layout) == _torch_fate(value, dtype), (value, dtype)
@@ -98,14 +144,17 @@ def test_fate_refuses_zero_and_non_numbers():
             precision.fate(bad, 5, 10)
 
 
-@pytest.mark.parametrize("need,want", [
-    ((1e-3, 100, 0.1), ["fp16", "bf16"]),  # both 16-bit formats fit
-    ((1e-6, 1e3, 1e-2), ["bf16"]),  # below fp16's smallest normal
-    ((1e-3, 1e5, 1e-3), ["fp32"]),  # beyond fp16's max, finer than bf16's eps
-    ((0.02, 400, 0.2), ["fp8_e4m3"]),
-    ((1e-4, 5e4, 0.3), ["fp8_e5m2"]),
-    ((1e-40, 1.0, 0.5), []),  # below fp32's smallest normal
-])
+@pytest.mark.parametrize(
+    "need,want",
+    [
+        ((1e-3, 100, 0.1), ["fp16", "bf16"]),  # both 16-bit formats fit
+        ((1e-6, 1e3, 1e-2), ["bf16"]),  # below fp16's smallest normal
+        ((1e-3, 1e5, 1e-3), ["fp32"]),  # beyond fp16's max, finer than bf16's eps
+        ((0.02, 400, 0.2), ["fp8_e4m3"]),
+        ((1e-4, 5e4, 0.3), ["fp8_e5m2"]),
+        ((1e-40, 1.0, 0.5), []),  # below fp32's smallest normal
+    ],
+)
 def test_pick_format(need, want):
     assert precision.pick_format(*need) == want
 
@@ -125,6 +174,7 @@ def test_rounding_error_and_overflow():
 
 
 # --------------------------------------------------------------------------- per-tensor fp8
+
 
 def test_fp8_scale_is_max_over_amax_over_two_to_the_margin():
     assert precision.fp8_scale(2.0, torch.float8_e4m3fn) == 224.0
@@ -155,6 +205,7 @@ def test_a_too_large_scale_overflows_and_saturates():
 
 # --------------------------------------------------------------------------- delayed scaling
 
+
 def test_delayed_scaling_uses_earlier_amaxes_only():
     state = precision.DelayedScaling(448.0, history_len=2, policy="max")
     assert state.scale == 1.0 and not state.overflows(400) and state.overflows(449)
@@ -172,14 +223,17 @@ def test_delayed_scaling_uses_earlier_amaxes_only():
         precision.DelayedScaling(448.0, policy="mean")
 
 
-@pytest.mark.parametrize("amaxes,history,policy,margin,want", [
-    ([2, 2, 2, 20, 2, 2, 60, 2, 2, 2], 4, "max", 4, None),  # the spike of 20 keeps the scale small
-    ([2, 2, 2, 20, 2, 2, 60, 2, 2, 2], 4, "most_recent", 4, 6),
-    ([2, 2, 2, 20, 2, 2, 60, 2, 2, 2], 2, "max", 4, 6),  # the 20 left a 2-step history in time
-    ([0.5 * 1.1**t for t in range(30)], 16, "max", 0, 1),  # any growth overflows without a margin
-    ([0.5 * 1.1**t for t in range(30)], 16, "max", 1, None),  # 10 % a step fits in 2x headroom
-    ([600, 1, 1], 16, "max", 1, 0),  # the first step runs at scale 1
-])
+@pytest.mark.parametrize(
+    "amaxes,history,policy,margin,want",
+    [
+        ([2, 2, 2, 20, 2, 2, 60, 2, 2, 2], 4, "max", 4, None),  # the spike of 20 keeps the scale small
+        ([2, 2, 2, 20, 2, 2, 60, 2, 2, 2], 4, "most_recent", 4, 6),
+        ([2, 2, 2, 20, 2, 2, 60, 2, 2, 2], 2, "max", 4, 6),  # the 20 left a 2-step history in time
+        ([0.5 * 1.1**t for t in range(30)], 16, "max", 0, 1),  # any growth overflows without a margin
+        ([0.5 * 1.1**t for t in range(30)], 16, "max", 1, None),  # 10 % a step fits in 2x headroom
+        ([600, 1, 1], 16, "max", 1, 0),  # the first step runs at scale 1
+    ],
+)
 def test_first_overflow(amaxes, history, policy, margin, want):
     assert precision.first_overflow(amaxes, 448.0, history, policy, margin) == want
 
@@ -198,15 +252,18 @@ def test_simulation_with_tensors_records_overflowing_values():
 
 # --------------------------------------------------------------------------- MX
 
+
 def test_mx_scales_are_powers_of_two_by_the_spec():
     parts = [torch.full((32,), 3.0), torch.full((32,), -0.01), torch.zeros(32), torch.full((5,), 1000.0)]
     x = torch.cat(parts)
     back, scales = precision.mx_quantize(x)
     assert scales.dtype == torch.float8_e8m0fnu and scales.numel() == 4  # 101 values -> 4 blocks
     # X = 2^(floor(log2 amax) - 8) for E4M3, whose largest normal is 1.75 * 2^8
-    assert scales.float().tolist() == [2.0**(1 - 8), 2.0**(-7 - 8), 2.0**-127, 2.0**(9 - 8)]
+    assert scales.float().tolist() == [2.0 ** (1 - 8), 2.0 ** (-7 - 8), 2.0**-127, 2.0 ** (9 - 8)]
     assert back[:32].tolist() == [3.0] * 32 and torch.all(back[64:96] == 0)
-    assert back.shape == x.shape and back[-1].item() == 896.0  # 1000 / 2 = 500 saturates to 448
+    assert back.shape == x.shape and back[-1].item() == 448 * 2.0 ** (
+        9 - 8
+    )  # 1000 / 2 = 500 saturates to 448
 
 
 def _ocp_scale_exponent(block: list[float], emax_elem: int = 8) -> float:
@@ -221,9 +278,19 @@ def _ocp_scale_exponent(block: list[float], emax_elem: int = 8) -> float:
     return float(min(127, max(-127, math.frexp(amax)[1] - 1 - emax_elem)))
 
 
-@pytest.mark.parametrize("amax", [1024.0, float(torch.tensor(1024.0).nextafter(torch.tensor(0.0))),
-                                  0.5, float(torch.tensor(0.5).nextafter(torch.tensor(0.0))), 448.0,
-                                  1.0, 3e-40, 2.0**-126])
+@pytest.mark.parametrize(
+    "amax",
+    [
+        1024.0,
+        float(torch.tensor(1024.0).nextafter(torch.tensor(0.0))),
+        0.5,
+        float(torch.tensor(0.5).nextafter(torch.tensor(0.0))),
+        448.0,
+        1.0,
+        3e-40,
+        2.0**-126,
+    ],
+)
 def test_mx_scale_exponent_matches_the_spec_at_and_just_below_powers_of_two(amax):
     block = [amax] + [amax / 3] * 31
     x = torch.tensor(block, dtype=torch.float32)
@@ -240,10 +307,13 @@ def test_mx_blocks_with_nan_inf_or_zeros():
     x = torch.tensor(nan_block + inf_block + [0.0] * 32 + [3.0] * 32)
     back, scales = precision.mx_quantize(x)
     got = scales.float().tolist()
-    assert math.isnan(got[0]) and math.isnan(got[1])  # E8M0's NaN code: the whole block is NaN
-    assert torch.isnan(back[:64]).all() and _ocp_scale_exponent(nan_block) != _ocp_scale_exponent(nan_block)
-    assert got[2] == 2.0**-127 and torch.all(back[64:96] == 0)
-    assert back[96:].tolist() == [3.0] * 32 and got[3] == 2.0 ** _ocp_scale_exponent([3.0] * 32)
+    # each block's scale is the spec's 2^exponent; the spec's NaN (a NaN or inf in the block) is
+    # E8M0's NaN code, and the whole block decodes to NaN
+    spec = [_ocp_scale_exponent(b) for b in (nan_block, inf_block, [0.0] * 32, [3.0] * 32)]
+    assert [math.isnan(e) for e in spec] == [math.isnan(g) for g in got] == [True, True, False, False]
+    assert got[2:] == [2.0 ** spec[2], 2.0 ** spec[3]] and spec[2] == -127  # all-zero: the smallest scale
+    assert torch.isnan(back[:64]).all() and torch.all(back[64:96] == 0)
+    assert back[96:].tolist() == [3.0] * 32
 
 
 def test_delayed_scaling_keeps_its_scale_while_a_nan_is_in_the_history():
@@ -301,6 +371,7 @@ def test_mx_beats_a_per_tensor_scale_on_outliers():
 
 
 # --------------------------------------------------------------------------- autocast and training
+
 
 def test_autocast_table_is_inspected_on_cpu():
     rows = {r.op: r for r in precision.autocast_dtypes("tiny", "bf16", "cpu")}
@@ -372,10 +443,31 @@ def test_speedups_on_a_cpu_use_measured_roofs(monkeypatch):
     def fake_compare(fp32, bf16, **kw):
         compared.append((kw["names"], kw["min_pairs"]))
         if len(compared) == 1:  # the GEMMs
-            return bench.SpeedComparison(3.0, 2.8, 3.2, "faster", 10, Measurement([0.03] * 3, 0.1, "cpu"),
-                                         Measurement([0.01] * 3, 0.1, "cpu"), 2, "cpu", kw["names"])
-        return bench.SpeedComparison(1.25, 1.2, 1.3, "faster", 12, Measurement([0.02] * 3, 0.1, "cpu"),
-                                     Measurement([0.016] * 3, 0.1, "cpu"), 2, "cpu", kw["names"])
+            return bench.SpeedComparison(
+                3.0,
+                2.8,
+                3.2,
+                "faster",
+                10,
+                Measurement([0.03] * 3, 0.1, "cpu"),
+                Measurement([0.01] * 3, 0.1, "cpu"),
+                2,
+                "cpu",
+                kw["names"],
+            )
+        return bench.SpeedComparison(
+            1.25,
+            1.2,
+            1.3,
+            "faster",
+            12,
+            Measurement([0.02] * 3, 0.1, "cpu"),
+            Measurement([0.016] * 3, 0.1, "cpu"),
+            2,
+            "cpu",
+            kw["names"],
+        )
+
     monkeypatch.setattr(_training, "compare_speed", fake_compare)
     result = precision.measure_speedups("cpu", iters=3)
     assert compared == [(("fp32", "bf16"), 10)] * 2  # never fewer than 10 pairs
@@ -386,14 +478,16 @@ def test_speedups_on_a_cpu_use_measured_roofs(monkeypatch):
     flops = mfu.model_flops_per_step(models.get_config("tiny"), 8, models.get_config("tiny").seq_len)
     assert result.step_flops["bf16"] == pytest.approx(flops / 0.016)
     assert "no datasheet" in result.format()
-    said = ("training step: 1.25x (95 % interval 1.20x to 1.30x, 12 interleaved pairs): "
-            "bf16 is faster than fp32")
+    said = (
+        "training step: 1.25x (95 % interval 1.20x to 1.30x, 12 interleaved pairs): bf16 is faster than fp32"
+    )
     assert said in result.format()
     assert "GEMM: 3.00x (95 % interval 2.80x to 3.20x, 10 interleaved pairs)" in result.format()
     assert len(precision.plot_speedups(result).lines) >= 4
 
 
 # --------------------------------------------------------------------------- the loop in practice
+
 
 def test_the_grad_scaler_skips_a_step_with_an_inf_and_halves_then_grows_its_scale():
     steps = precision.scaler_steps(steps=6, bad_steps=(2,), growth_interval=2, init_scale=2.0**16)

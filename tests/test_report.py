@@ -22,6 +22,7 @@ from helpers.report import document, phases, rules, runner, tuning
 
 # --------------------------------------------------------------------------- corpus and data
 
+
 def test_corpus_is_the_documented_public_domain_text():
     readme = (ROOT / "src/helpers/data/capstone_corpus_README.md").read_text()
     assert report.corpus_sha256() in readme and "public domain" in readme.lower()
@@ -38,7 +39,7 @@ def test_byte_tokenizer_round_trips_any_text_and_rejects_bad_ids():
     assert ids.dtype == torch.int64 and ids.tolist()[:2] == [110, 97] and len(ids) == 10  # UTF-8 bytes
     assert tok.decode(ids) == "naïve €" and tok.vocab_size == 256
     assert report.corpus_tokens().max() < 256
-    with pytest.raises(ValueError, match="0..255"):
+    with pytest.raises(ValueError, match=r"0\.\.255"):
         tok.decode([65, 300])
 
 
@@ -77,19 +78,65 @@ def test_loader_order_depends_on_the_seed_not_on_workers():
 
 # --------------------------------------------------------------------------- the rules by hand
 
-def fake_row(name="baseline", med=10.0, lo=9.0, hi=11.0, *, loss=3.0, peak=None, saved=4.0,
-             model_flops=6e9, executed_flops=6e9, data=(1.0, 1.0), compute=((3.0, 5.0, 2.0),) * 2,
-             other=0.5, precision="fp32", tried_on=None, checkpointing=False):
-    steps = [{"step": data_ms + sum(c) + other, "data": data_ms, "forward": c[0], "backward": c[1],
-              "optimizer": c[2], "other": other} for data_ms, c in zip(data, compute, strict=True)]
-    row = {"name": name, "change": f"change {name}", "device": "cpu", "device_name": "CPU (2 threads)",
-           "precision": precision, "num_devices": 1, "batch_size": 8, "seq_len": 64,
-           "step_time_ms": med, "step_time_min_ms": lo, "step_time_max_ms": hi,
-           "step_time_samples_ms": [lo, med, hi], "first_step_ms": 3 * med, "data_wait_ms": data[0],
-           "peak_mem_mb": peak, "saved_mb": saved, "loss": loss, "loss_steps": 23,
-           "model_flops": model_flops, "executed_flops": executed_flops, "peak_flops": 1e13,
-           "peak_kind": "measured", "peak_source": "a test", "phases_ms": phases.mean_phases(steps),
-           "phase_steps_ms": steps, "trace": "", "config": tuning.baseline_config("cpu").settings()}
+
+def fake_row(
+    name="baseline",
+    med=10.0,
+    lo=9.0,
+    hi=11.0,
+    *,
+    loss=3.0,
+    peak=None,
+    saved=4.0,
+    model_flops=6e9,
+    executed_flops=6e9,
+    data=(1.0, 1.0),
+    compute=((3.0, 5.0, 2.0),) * 2,
+    other=0.5,
+    precision="fp32",
+    tried_on=None,
+    checkpointing=False,
+):
+    steps = [
+        {
+            "step": data_ms + sum(c) + other,
+            "data": data_ms,
+            "forward": c[0],
+            "backward": c[1],
+            "optimizer": c[2],
+            "other": other,
+        }
+        for data_ms, c in zip(data, compute, strict=True)
+    ]
+    row = {
+        "name": name,
+        "change": f"change {name}",
+        "device": "cpu",
+        "device_name": "CPU (2 threads)",
+        "precision": precision,
+        "num_devices": 1,
+        "batch_size": 8,
+        "seq_len": 64,
+        "step_time_ms": med,
+        "step_time_min_ms": lo,
+        "step_time_max_ms": hi,
+        "step_time_samples_ms": [lo, med, hi],
+        "first_step_ms": 3 * med,
+        "data_wait_ms": data[0],
+        "peak_mem_mb": peak,
+        "saved_mb": saved,
+        "loss": loss,
+        "loss_steps": 23,
+        "model_flops": model_flops,
+        "executed_flops": executed_flops,
+        "peak_flops": 1e13,
+        "peak_kind": "measured",
+        "peak_source": "a test",
+        "phases_ms": phases.mean_phases(steps),
+        "phase_steps_ms": steps,
+        "trace": "",
+        "config": tuning.baseline_config("cpu").settings(),
+    }
     row["config"]["checkpointing"] = checkpointing
     if tried_on:
         row["tried_on"] = tried_on
@@ -109,12 +156,19 @@ def test_compare_reads_improved_from_the_verdict_of_the_same_pair():
     base = fake_row(med=10, lo=9, hi=12, saved=5.0)
     inside = fake_row(med=9.5, lo=7, hi=9.8, saved=4.0)
     got = report.compare(base, inside)  # measured apart: two medians cannot say
-    assert got == {"step_time_delta_ms": pytest.approx(0.5), "memory_delta_mb": pytest.approx(1.0),
-                   "time_improved": None, "memory_improved": True}
+    assert got == {
+        "step_time_delta_ms": pytest.approx(0.5),
+        "memory_delta_mb": pytest.approx(1.0),
+        "time_improved": None,
+        "memory_improved": True,
+    }
     verdicts = {}
     for verdict in ("faster", "slower", "within noise"):
-        tuned = dict(fake_row("fused", med=8.9, lo=8, hi=15, saved=6.0), tried_on="baseline",
-                     speed={"verdict": verdict, "speedup": 1.1, "low": 1.0, "high": 1.2})
+        tuned = dict(
+            fake_row("fused", med=8.9, lo=8, hi=15, saved=6.0),
+            tried_on="baseline",
+            speed={"verdict": verdict, "speedup": 1.1, "low": 1.0, "high": 1.2},
+        )
         verdicts[verdict] = report.compare(base, tuned)["time_improved"]
         assert report.compare(base, tuned)["memory_improved"] is False
         assert report.compare(fake_row("workers"), tuned)["time_improved"] is None  # another pair
@@ -136,15 +190,18 @@ def test_data_stall_is_a_ratio_of_totals_strictly_above_the_threshold():
         report.data_stall([1], [0])
 
 
-@pytest.mark.parametrize("data,fwd,bwd,opt,other,threshold,label", [
-    (2.0, 3.0, 4.0, 3.0, 1.0, 0.2, "compute-bound"),  # data exactly 20% of compute 10
-    (2.5, 3.0, 4.0, 3.0, 1.0, 0.2, "data-bound"),
-    (0.5, 2.0, 3.0, 9.0, 1.0, 0.2, "optimizer-bound"),
-    (0.1, 1.0, 2.0, 0.5, 4.0, 0.2, "host-bound"),
-    (30.0, 40.0, 80.0, 20.0, 5.0, 0.2, "data-bound"),  # 21% of compute, only 17% of the step
-    (27.0, 40.0, 80.0, 20.0, 5.0, 0.2, "compute-bound"),
-    (1.0, 3.0, 4.0, 5.0, 0.5, 0.2, "compute-bound"),  # forward + backward together beat optimizer
-])
+@pytest.mark.parametrize(
+    "data,fwd,bwd,opt,other,threshold,label",
+    [
+        (2.0, 3.0, 4.0, 3.0, 1.0, 0.2, "compute-bound"),  # data exactly 20% of compute 10
+        (2.5, 3.0, 4.0, 3.0, 1.0, 0.2, "data-bound"),
+        (0.5, 2.0, 3.0, 9.0, 1.0, 0.2, "optimizer-bound"),
+        (0.1, 1.0, 2.0, 0.5, 4.0, 0.2, "host-bound"),
+        (30.0, 40.0, 80.0, 20.0, 5.0, 0.2, "data-bound"),  # 21% of compute, only 17% of the step
+        (27.0, 40.0, 80.0, 20.0, 5.0, 0.2, "compute-bound"),
+        (1.0, 3.0, 4.0, 5.0, 0.5, 0.2, "compute-bound"),  # forward + backward together beat optimizer
+    ],
+)
 def test_bottleneck_class(data, fwd, bwd, opt, other, threshold, label):
     p = {"data": data, "forward": fwd, "backward": bwd, "optimizer": opt, "other": other}
     assert report.bottleneck_class(p, threshold) == label
@@ -156,22 +213,26 @@ def test_bottleneck_class_needs_every_phase():
         report.bottleneck_class({"data": 1.0, "forward": 2.0})
 
 
-@pytest.mark.parametrize("args,want", [
-    ((0.0, 10.0, 10.0, True, 0.05, None), "keep"),
-    ((0.0, 10.0, 10.0, False, 0.05, None), "revert"),  # no measurable gain: keep the simpler code
-    ((0.06, 10.0, 5.0, True, 0.05, None), "revert"),  # faster, but the loss moved
-    ((-0.06, 10.0, 5.0, True, 0.05, None), "revert"),  # either direction
-    ((0.05, 10.0, 5.0, True, 0.05, None), "keep"),  # exactly at the tolerance is within it
-    ((0.01, 700.0, 900.0, True, 0.05, 800.0), "revert"),  # does not fit
-    ((0.01, 900.0, 800.0, False, 0.05, 800.0), "keep"),  # slower, but now it fits
-    ((0.01, 500.0, 400.0, False, 0.05, 800.0), "revert"),
-    ((0.01, None, None, True, 0.05, 800.0), "keep"),
-])
+@pytest.mark.parametrize(
+    "args,want",
+    [
+        ((0.0, 10.0, 10.0, True, 0.05, None), "keep"),
+        ((0.0, 10.0, 10.0, False, 0.05, None), "revert"),  # no measurable gain: keep the simpler code
+        ((0.06, 10.0, 5.0, True, 0.05, None), "revert"),  # faster, but the loss moved
+        ((-0.06, 10.0, 5.0, True, 0.05, None), "revert"),  # either direction
+        ((0.05, 10.0, 5.0, True, 0.05, None), "keep"),  # exactly at the tolerance is within it
+        ((0.01, 700.0, 900.0, True, 0.05, 800.0), "revert"),  # does not fit
+        ((0.01, 900.0, 800.0, False, 0.05, 800.0), "keep"),  # slower, but now it fits
+        ((0.01, 500.0, 400.0, False, 0.05, 800.0), "revert"),
+        ((0.01, None, None, True, 0.05, 800.0), "keep"),
+    ],
+)
 def test_decide_loss_then_memory_then_speed(args, want):
     assert report.decide(*args) == want
 
 
 # --------------------------------------------------------------------------- phases from traces
+
 
 def _write(tmp_path, events, name="t.json.gz"):
     path = tmp_path / name
@@ -187,12 +248,29 @@ def _x(name, ts, dur, cat="user_annotation", tid=1, **args):
 def test_step_phases_on_a_cpu_trace_are_range_lengths(tmp_path):
     events = []
     for i, t0 in enumerate((0, 1000)):
-        events += [_x(f"ProfilerStep#{i}", t0, 1000), _x("dataloader", t0 + 10, 200),
-                   _x("forward", t0 + 210, 250), _x("backward", t0 + 460, 400),
-                   _x("optimizer", t0 + 860, 100), _x("aten::mm", t0 + 300, 50, cat="cpu_op")]
+        events += [
+            _x(f"ProfilerStep#{i}", t0, 1000),
+            _x("dataloader", t0 + 10, 200),
+            _x("forward", t0 + 210, 250),
+            _x("backward", t0 + 460, 400),
+            _x("optimizer", t0 + 860, 100),
+            _x("aten::mm", t0 + 300, 50, cat="cpu_op"),
+        ]
     got = phases.step_phases(_write(tmp_path, events))
-    assert got == [{"step": 1.0, "data": 0.2, "forward": 0.25, "backward": 0.4, "optimizer": 0.1,
-                    "other": pytest.approx(0.05)}] * 2
+    assert (
+        got
+        == [
+            {
+                "step": 1.0,
+                "data": 0.2,
+                "forward": 0.25,
+                "backward": 0.4,
+                "optimizer": 0.1,
+                "other": pytest.approx(0.05),
+            }
+        ]
+        * 2
+    )
     mean = report.mean_phases(got)
     assert mean["backward"] == pytest.approx(0.4)
 
@@ -200,8 +278,11 @@ def test_step_phases_on_a_cpu_trace_are_range_lengths(tmp_path):
 def test_step_phases_on_a_gpu_trace_follow_kernels_to_their_launch(tmp_path):
     k = dict(cat="kernel", tid=7)
     events = [
-        _x("ProfilerStep#0", 0, 1000), _x("dataloader", 0, 300), _x("forward", 300, 100),
-        _x("backward", 400, 100), _x("optimizer", 500, 50),
+        _x("ProfilerStep#0", 0, 1000),
+        _x("dataloader", 0, 300),
+        _x("forward", 300, 100),
+        _x("backward", 400, 100),
+        _x("optimizer", 500, 50),
         _x("cudaLaunchKernel", 310, 5, cat="cuda_runtime", correlation=1),
         _x("cudaLaunchKernel", 320, 5, cat="cuda_runtime", correlation=2),
         _x("cudaLaunchKernel", 410, 5, cat="cuda_runtime", correlation=3, tid=2),  # autograd thread
@@ -231,20 +312,33 @@ def test_step_phases_says_what_is_missing(tmp_path):
 
 # --------------------------------------------------------------------------- a real run on this CPU
 
+
 def micro(**changes) -> report.RunConfig:
     cfg = models.GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=2, n_heads=2, name="micro")
-    base = report.RunConfig(cfg, batch_size=4, seq_len=16, warmup=1, windows=2, steps_per_window=2,
-                            trace_steps=2, data_delay_ms=0.0)
+    base = report.RunConfig(
+        cfg,
+        batch_size=4,
+        seq_len=16,
+        warmup=1,
+        windows=2,
+        steps_per_window=2,
+        trace_steps=2,
+        data_delay_ms=0.0,
+    )
     return replace(base, **changes)
 
 
 @pytest.fixture(scope="module")
 def micro_rows(tmp_path_factory):
     folder = tmp_path_factory.mktemp("micro")
-    return {name: report.run_config(micro(**changes), trace_dir=folder)
-            for name, changes in {"base": {}, "ckpt": {"checkpointing": True, "name": "ckpt"},
-                                  "workers": {"workers": 2, "name": "workers",
-                                              "sync_every_step": False}}.items()}
+    return {
+        name: report.run_config(micro(**changes), trace_dir=folder)
+        for name, changes in {
+            "base": {},
+            "ckpt": {"checkpointing": True, "name": "ckpt"},
+            "workers": {"workers": 2, "name": "workers", "sync_every_step": False},
+        }.items()
+    }
 
 
 def test_run_config_measures_a_complete_row(micro_rows):
@@ -299,6 +393,7 @@ def test_run_config_rejects_bad_settings():
 
 # --------------------------------------------------------------------------- the tuner
 
+
 def windows_comparer(timings):
     """A stand-in for runner.compare_configs: each side's windows cycle through its
     (median, low, high) step times on a fake clock, so the verdict comes from real pairs."""
@@ -311,35 +406,57 @@ def windows_comparer(timings):
             def run():
                 now[0] += timings[name][calls[name] % 3] * 5 / 1e3
                 calls[name] += 1
+
             return run
-        return bench.compare_windows(side(old.name), side(new.name), steps=5, device="cpu",
-                                     clock=lambda: now[0], min_pairs=12, max_pairs=12,
-                                     names=(old.name, new.name))
+
+        return bench.compare_windows(
+            side(old.name),
+            side(new.name),
+            steps=5,
+            device="cpu",
+            clock=lambda: now[0],
+            min_pairs=12,
+            max_pairs=12,
+            names=(old.name, new.name),
+        )
+
     return compare
 
 
 def test_tuner_keeps_and_reverts_and_builds_on_what_was_kept():
     # no_sync: lower median, but a pair in three is slower: within noise, reverted
-    timings = {"baseline": (10, 9.5, 11), "no_sync": (9.9, 9.0, 11.5), "workers": (6, 5.5, 7),
-               "bf16": (5, 4.8, 5.2), "fused": (6.5, 6, 7), "checkpoint": (7, 6.8, 7.5),
-               "compile": (4, 3.5, 4.5)}
+    timings = {
+        "baseline": (10, 9.5, 11),
+        "no_sync": (9.9, 9.0, 11.5),
+        "workers": (6, 5.5, 7),
+        "bf16": (5, 4.8, 5.2),
+        "fused": (6.5, 6, 7),
+        "checkpoint": (7, 6.8, 7.5),
+        "compile": (4, 3.5, 4.5),
+    }
     seen = []
 
     def fake_run(config, quick, trace_dir):
         seen.append(config)
         med, lo, hi = timings[config.name]
         loss = 3.0 + (0.2 if config.name == "bf16" else 0.0)  # bf16 moves the loss too much
-        return runner.derive(fake_row(config.name, med, lo, hi, loss=loss,
-                                      saved=1.0 if config.checkpointing else 4.0))
+        return rules.derive(
+            fake_row(config.name, med, lo, hi, loss=loss, saved=1.0 if config.checkpointing else 4.0)
+        )
 
-    tuner = report.Tuner(report.baseline_config("cpu"), runner=fake_run,
-                         comparer=windows_comparer(timings))
+    tuner = report.Tuner(report.baseline_config("cpu"), runner=fake_run, comparer=windows_comparer(timings))
     with pytest.raises(RuntimeError, match="baseline first"):
         tuner.try_change("workers")
     tuner.run_baseline()
     decisions = {c.name: tuner.try_change(c.name)["decision"] for c in report.tuning_steps("cpu")}
-    assert decisions == {"no_sync": "revert", "workers": "keep", "bf16": "revert", "fused": "revert",
-                         "checkpoint": "revert", "compile": "keep"}
+    assert decisions == {
+        "no_sync": "revert",
+        "workers": "keep",
+        "bf16": "revert",
+        "fused": "revert",
+        "checkpoint": "revert",
+        "compile": "keep",
+    }
     assert seen[-1].workers == 4 and seen[-1].compile and not seen[-1].checkpointing
     assert seen[-1].precision == "fp32" and seen[-1].sync_every_step  # reverted changes stay out
     assert tuner.tuned["name"] == "compile" and tuner.rows[-1]["tried_on"] == "workers"
@@ -360,11 +477,12 @@ def test_a_memory_budget_keeps_checkpointing_even_when_slower():
     def fake_run(config, quick, trace_dir):
         saved = 1.0 if config.checkpointing else 4.0
         med = 12.0 if config.checkpointing else 10.0
-        return runner.derive(fake_row(config.name, med, med - 0.5, med + 0.5, saved=saved))
+        return rules.derive(fake_row(config.name, med, med - 0.5, med + 0.5, saved=saved))
 
     slower = windows_comparer({"baseline": (10, 9.5, 10.5), "checkpoint": (12, 11.5, 12.5)})
-    tuner = report.Tuner(replace(report.baseline_config("cpu"), memory_budget_mb=2.0), runner=fake_run,
-                         comparer=slower)
+    tuner = report.Tuner(
+        replace(report.baseline_config("cpu"), memory_budget_mb=2.0), runner=fake_run, comparer=slower
+    )
     tuner.run_baseline()
     assert tuner.try_change("checkpoint")["decision"] == "keep"
     assert tuner.current.checkpointing
@@ -381,28 +499,39 @@ def test_tuning_steps_and_baselines():
 
 # --------------------------------------------------------------------------- the report document
 
+
 def _report(tmp_path=None):
-    rows = [runner.derive(fake_row("baseline", 10, 9, 11, data=(5.0, 5.0)))]
+    rows = [rules.derive(fake_row("baseline", 10, 9, 11, data=(5.0, 5.0)))]
     rows[0]["decision"] = "baseline"
-    workers = dict(fake_row("workers", 6, 5.5, 7, tried_on="baseline"),
-                   speed={"verdict": "faster", "speedup": 1.6, "low": 1.5, "high": 1.7, "pairs": 10})
-    rows.append(runner.derive(workers, baseline=rows[0], previous=rows[0]))
+    workers = dict(
+        fake_row("workers", 6, 5.5, 7, tried_on="baseline"),
+        speed={"verdict": "faster", "speedup": 1.6, "low": 1.5, "high": 1.7, "pairs": 10},
+    )
+    rows.append(rules.derive(workers, baseline=rows[0], previous=rows[0]))
     return report.build_report(rows, recorded={"date": "2026-01-01", "where": "a test"})
 
 
 def test_a_change_with_no_interleaved_verdict_is_not_kept():
     """Medians timed apart never make a change "faster": without a verdict it is reverted."""
-    base = runner.derive(fake_row("baseline", 10, 9, 11))
-    lower_median = runner.derive(fake_row("workers", 6, 5.5, 7, tried_on="baseline"), baseline=base,
-                                 previous=base)
+    base = rules.derive(fake_row("baseline", 10, 9, 11))
+    lower_median = rules.derive(
+        fake_row("workers", 6, 5.5, 7, tried_on="baseline"), baseline=base, previous=base
+    )
     assert lower_median["faster"] is False and lower_median["decision"] == "revert"
 
 
 def test_report_has_the_template_sections_and_reads_back(tmp_path):
     rep = _report()
     md = rep.to_markdown()
-    for part in ("experiment:", "hardware:", "config:", "parallel:", "## Throughput",
-                 "## Trace findings", "## Next action"):
+    for part in (
+        "experiment:",
+        "hardware:",
+        "config:",
+        "parallel:",
+        "## Throughput",
+        "## Trace findings",
+        "## Next action",
+    ):
         assert part in md
     assert "data-bound" in md and "data stall: data 50% of compute" in md
     paths = rep.write(tmp_path)
@@ -429,7 +558,7 @@ def test_read_report_errors_are_one_line(tmp_path):
     with pytest.raises(FileNotFoundError, match="no report at"):
         report.read_report(tmp_path / "missing.json")
     (tmp_path / "report.json").write_text("{not json")
-    with pytest.raises(ValueError, match="not a report written by helpers.report"):
+    with pytest.raises(ValueError, match=r"not a report written by helpers\.report"):
         report.read_report(tmp_path)
     with pytest.raises(ValueError, match="no table"):
         report.parse_markdown_table("# nothing here")
@@ -448,8 +577,17 @@ def test_shipped_recordings_are_labelled_and_consistent(name):
     assert [r["name"] for r in rep.rows][:2] == ["baseline", "no_sync"] and len(rep.rows) == 7
     by_name = {r["name"]: r for r in rep.rows}
     for old, new in zip(stored["rows"], rep.rows, strict=True):  # derived numbers recompute the same
-        for key in ("mfu", "hfu", "bottleneck", "stalled", "data_ratio", "decision", "vs_baseline",
-                    "vs_previous", "flags"):
+        for key in (
+            "mfu",
+            "hfu",
+            "bottleneck",
+            "stalled",
+            "data_ratio",
+            "decision",
+            "vs_baseline",
+            "vs_previous",
+            "flags",
+        ):
             assert old[key] == new[key] or old[key] == pytest.approx(new[key]), (name, old["name"], key)
         if new["name"] == "baseline":
             continue
@@ -458,33 +596,45 @@ def test_shipped_recordings_are_labelled_and_consistent(name):
         assert speed["verdict"] in ("faster", "slower", "within noise") and speed["pairs"] >= 10, new["name"]
         assert speed["low"] <= speed["speedup"] <= speed["high"], new["name"]
         before = by_name[new["tried_on"]]
-        assert new["decision"] == report.decide(new["loss_change"], before["memory_mb"], new["memory_mb"],
-                                                speed["verdict"] == "faster", new["loss_tolerance"], None)
+        assert new["decision"] == report.decide(
+            new["loss_change"],
+            before["memory_mb"],
+            new["memory_mb"],
+            speed["verdict"] == "faster",
+            new["loss_tolerance"],
+            None,
+        )
     readme = (ROOT / "src/helpers/data/capstone_recorded_README.md").read_text()
     assert document.RECORDED[name] in readme and rep.recorded["date"] in readme
 
 
 def test_cli_show_and_bad_input(tmp_path):
     _report().write(tmp_path, plot=False)
-    ok = subprocess.run([sys.executable, "-m", "helpers.report", "show", str(tmp_path)],
-                        capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "helpers.report", "show", str(tmp_path)], capture_output=True, text=True
+    )
     assert ok.returncode == 0 and "| workers |" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "helpers.report", "show", str(tmp_path / "nope")],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "helpers.report", "show", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no report at" in bad.stderr
 
 
 # --------------------------------------------------------------------------- the report's flags
 
+
 def test_a_clean_row_raises_no_flag():
-    base = runner.derive(fake_row("baseline", 12.0, 11.5, 12.5))
-    fused = runner.derive(fake_row("fused", 10.5, 10, 11, compute=((3.0, 5.0, 0.5),) * 2), baseline=base,
-                          previous=base)
+    base = rules.derive(fake_row("baseline", 12.0, 11.5, 12.5))
+    fused = rules.derive(
+        fake_row("fused", 10.5, 10, 11, compute=((3.0, 5.0, 0.5),) * 2), baseline=base, previous=base
+    )
     assert base["flags"] == [] and fused["flags"] == []
 
 
 def test_each_flag_fires_on_its_case():
-    base = runner.derive(fake_row("baseline", 12.0, 11.5, 12.5))  # phases sum to 11.5 ms
+    base = rules.derive(fake_row("baseline", 12.0, 11.5, 12.5))  # phases sum to 11.5 ms
     # fused AdamW saving 7 ms when the optimizer took 2 ms of the step
     fused = rules.flags(fake_row("fused", 5.0, 4.8, 5.2, compute=((3.0, 2.0, 0.5),) * 2), base)
     assert any("more than the 2.00 ms of optimizer" in f for f in fused)
@@ -499,7 +649,7 @@ def test_each_flag_fires_on_its_case():
     assert any("20 timed steps against a loader queue of 4 × 4" in f for f in rules.flags(short))
     short["config"].update(prefetch_factor=2, windows=5)
     assert rules.flags(short) == []
-    assert runner.derive(noisy)["flags"] and "check:" in document.table_row(runner.derive(noisy))[-1]
+    assert rules.derive(noisy)["flags"] and "check:" in document.table_row(rules.derive(noisy))[-1]
     # the interleaved verdict says faster, the medians timed apart say slower (and the reverse)
     for verdict, timed in (("faster", 12.4), ("slower", 11.6)):
         row = dict(fake_row("fused", timed, timed - 0.3, timed + 0.3), speed={"verdict": verdict})
@@ -509,13 +659,16 @@ def test_each_flag_fires_on_its_case():
     within = dict(fake_row("fused", 12.4, 12.1, 12.7), speed={"verdict": "within noise"})
     assert not any("disagree" in f for f in rules.flags(within, base))
     # a verdict from windows shorter than 3 x the loader's queue, while the run waited for data
-    waited = dict(fake_row("bf16", 10.0, 9.8, 10.2), data_wait_ms=1.0,
-                  speed={"verdict": "faster", "window_steps": 3})
+    waited = dict(
+        fake_row("bf16", 10.0, 9.8, 10.2), data_wait_ms=1.0, speed={"verdict": "faster", "window_steps": 3}
+    )
     waited["config"].update(workers=4, prefetch_factor=2, windows=5, steps_per_window=5)
     said = "the verdict's windows of 3 steps are shorter than 3 × the loader's queue of 4 × 2 batches"
     assert any(said in f for f in rules.flags(waited))
-    for quiet in (dict(waited, data_wait_ms=0.2),  # the loader keeps up: nothing to hide
-                  dict(waited, speed={"verdict": "faster", "window_steps": 24})):  # long enough windows
+    for quiet in (
+        dict(waited, data_wait_ms=0.2),  # the loader keeps up: nothing to hide
+        dict(waited, speed={"verdict": "faster", "window_steps": 24}),
+    ):  # long enough windows
         assert not any("verdict's windows" in f for f in rules.flags(quiet))
 
 
@@ -525,9 +678,17 @@ def test_with_workers_the_verdict_windows_outlast_the_loader_queue(monkeypatch):
     def fake_windows(a, b, *, steps, **kw):
         seen["steps"] = steps
         raise RuntimeError("stop here")
+
     monkeypatch.setattr(runner, "compare_windows", fake_windows)
-    monkeypatch.setattr(runner.Trainer, "build", classmethod(lambda cls, cfg, total: types.SimpleNamespace(
-        step=lambda *a: None, next_batch=lambda: (None, None), batches=None)))
+    monkeypatch.setattr(
+        runner.Trainer,
+        "build",
+        classmethod(
+            lambda cls, cfg, total: types.SimpleNamespace(
+                step=lambda *a: None, next_batch=lambda: (None, None), batches=None
+            )
+        ),
+    )
     old = micro()
     for workers, want in ((0, 2), (4, 3 * 4 * 2)):
         with pytest.raises(RuntimeError, match="stop here"):
@@ -547,8 +708,9 @@ def test_compare_configs_times_two_configurations_interleaved():
     """Real timing of two micro configurations: only the shape of the answer is checked."""
     from helpers import bench
 
-    speed = runner.compare_configs(micro(), micro(name="no_sync", sync_every_step=False), min_pairs=3,
-                                   max_pairs=4, max_seconds=5)
+    speed = runner.compare_configs(
+        micro(), micro(name="no_sync", sync_every_step=False), min_pairs=3, max_pairs=4, max_seconds=5
+    )
     assert speed.verdict in bench.VERDICTS and 3 <= speed.pairs <= 4 and speed.low <= speed.high
     assert speed.names == ("baseline", "no_sync") and speed.unit == "step"
     summary = runner.speed_summary(speed)
@@ -557,24 +719,33 @@ def test_compare_configs_times_two_configurations_interleaved():
 
 # --------------------------------------------------------------------------- judgement (exercises 1-4)
 
+
 def _phases(data, fwd, bwd, opt, other):
     return {"data": data, "forward": fwd, "backward": bwd, "optimizer": opt, "other": other}
 
 
-@pytest.mark.parametrize("phases, threshold, want", [
-    (_phases(8, 10, 20, 2, 1), 0.2, ("data-bound", "data")),  # 25% of compute
-    (_phases(8, 10, 20, 2, 1), 0.25, ("compute-bound", "backward")),  # exactly 25%: not above
-    (_phases(0, 30, 20, 2, 1), 0.2, ("compute-bound", "forward")),
-    (_phases(0, 1, 2, 9, 1), 0.2, ("optimizer-bound", "optimizer")),
-    (_phases(0, 1, 2, 1, 9), 0.2, ("host-bound", "other")),
-])
+@pytest.mark.parametrize(
+    "phases, threshold, want",
+    [
+        (_phases(8, 10, 20, 2, 1), 0.2, ("data-bound", "data")),  # 25% of compute
+        (_phases(8, 10, 20, 2, 1), 0.25, ("compute-bound", "backward")),  # exactly 25%: not above
+        (_phases(0, 30, 20, 2, 1), 0.2, ("compute-bound", "forward")),
+        (_phases(0, 1, 2, 9, 1), 0.2, ("optimizer-bound", "optimizer")),
+        (_phases(0, 1, 2, 1, 9), 0.2, ("host-bound", "other")),
+    ],
+)
 def test_bottleneck_phase(phases, threshold, want):
     assert rules.bottleneck_phase(phases, threshold) == want
 
 
 def test_recorded_traces_are_real_capstone_steps_with_distinct_bottlenecks():
-    assert set(document.RECORDED_TRACES) == {"tiny-baseline", "tiny-workers", "tiny-fused", "tiny-compiled",
-                                             "wide-batch1"}
+    assert set(document.RECORDED_TRACES) == {
+        "tiny-baseline",
+        "tiny-workers",
+        "tiny-fused",
+        "tiny-compiled",
+        "wide-batch1",
+    }
     found = {}
     for name in document.RECORDED_TRACES:
         trace = timeline.load_trace(report.recorded_trace(name))
@@ -594,11 +765,20 @@ def test_recorded_traces_are_real_capstone_steps_with_distinct_bottlenecks():
 
 
 def test_top_operators_count_self_time_once(tmp_path):
-    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100, "pid": 1,
-               "tid": 1},
-              {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 10, "dur": 50, "pid": 1, "tid": 1},
-              {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 12, "dur": 40, "pid": 1, "tid": 1},
-              {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "ts": 70, "dur": 20, "pid": 1, "tid": 1}]
+    events = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "ts": 0,
+            "dur": 100,
+            "pid": 1,
+            "tid": 1,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 10, "dur": 50, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 12, "dur": 40, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "ts": 70, "dur": 20, "pid": 1, "tid": 1},
+    ]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))
     ops = dict(report.top_operators(timeline.load_trace(path)))
@@ -607,8 +787,13 @@ def test_top_operators_count_self_time_once(tmp_path):
 
 def test_doubt_checks_the_phase_before_the_change_then_the_verdict():
     before = {"name": "baseline", "step_time_ms": 30.0, "phases_ms": _phases(20, 3, 5, 1, 0.5)}
-    row = {"name": "workers", "tried_on": "baseline", "step_time_ms": 12.0,
-           "phases_ms": _phases(2, 3, 5, 1, 0.5), "speed": {"verdict": "faster"}}
+    row = {
+        "name": "workers",
+        "tried_on": "baseline",
+        "step_time_ms": 12.0,
+        "phases_ms": _phases(2, 3, 5, 1, 0.5),
+        "speed": {"verdict": "faster"},
+    }
     assert report.doubt(row, before) == "ok"  # saved 18 of the 20 ms data phase it acts on
     assert report.doubt(dict(row, step_time_ms=9.0), before) == "larger than the phase"
     assert report.doubt(dict(row, speed={"verdict": "within noise"}), before) == "not faster"
@@ -643,8 +828,9 @@ def test_kept_changes_replays_the_tuner_on_every_report():
     for name, rep in report.example_gpu_reports().items():
         rows = rep["rows"]
         assert all(r["example"] for r in rows), name  # labelled: example numbers, not measurements
-        assert report.kept_changes(rows, rep["memory_budget_mb"]) == \
-            [r["name"] for r in rows if r["decision"] == "keep"], name
+        assert report.kept_changes(rows, rep["memory_budget_mb"]) == [
+            r["name"] for r in rows if r["decision"] == "keep"
+        ], name
     large = report.example_gpu_reports()["gpu-large-example"]
     fits = report.kept_changes(large["rows"], large["memory_budget_mb"])
     assert fits == ["checkpoint"]  # it makes the run fit, though slower

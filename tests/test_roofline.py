@@ -1,5 +1,6 @@
 """Roofline helpers against hand calculations."""
 
+import itertools
 import math
 
 import pytest
@@ -38,7 +39,7 @@ def test_ideal_time_and_limiter_by_hand():
 
 
 def test_ridge_point_h100_bf16():
-    assert roofline.ridge_point(H100_BF16, H100_BW) == pytest.approx(295.373, rel=1e-5)
+    assert roofline.ridge_point(H100_BF16, H100_BW) == pytest.approx(989.5 / 3.35, rel=1e-12)
 
 
 def test_critical_m_h100_by_hand():
@@ -47,8 +48,12 @@ def test_critical_m_h100_by_hand():
     exact = r * 2 * 4096 * 4096 / (2 * 4096 * 4096 - r * 2 * 8192)
     assert 345 < exact < 346
     assert roofline.critical_m(4096, 4096, 2, H100_BF16, H100_BW) == 346
-    assert roofline.limiter(roofline.gemm_flops(345, 4096, 4096),
-                            roofline.gemm_bytes(345, 4096, 4096, 2), H100_BF16, H100_BW) == "memory"
+    assert (
+        roofline.limiter(
+            roofline.gemm_flops(345, 4096, 4096), roofline.gemm_bytes(345, 4096, 4096, 2), H100_BF16, H100_BW
+        )
+        == "memory"
+    )
 
 
 def test_critical_m_none_when_ridge_unreachable():
@@ -60,8 +65,10 @@ def test_critical_m_none_when_ridge_unreachable():
 def test_critical_m_is_the_smallest_compute_bound_m(K, N, b):
     peak, bw = 312e12, 2.039e12
     m = roofline.critical_m(K, N, b, peak, bw)
-    bound = [roofline.limiter(roofline.gemm_flops(x, K, N), roofline.gemm_bytes(x, K, N, b), peak, bw)
-             for x in (m - 1, m)]
+    bound = [
+        roofline.limiter(roofline.gemm_flops(x, K, N), roofline.gemm_bytes(x, K, N, b), peak, bw)
+        for x in (m - 1, m)
+    ]
     assert bound == ["memory", "compute"]
 
 
@@ -70,8 +77,46 @@ def test_cost_table_rows_and_branch_flip():
     assert [r.limiter for r in rows] == ["memory", "memory", "compute", "compute"]
     assert rows[0].ideal_time == pytest.approx(rows[0].bytes / H100_BW)
     assert rows[-1].ideal_time == pytest.approx(rows[-1].flops / H100_BF16)
-    text = roofline.format_table(rows)
-    assert text.count("\n") == len(rows) + 1 and "limiter" in text
+
+
+def test_format_table_shows_each_rows_figures_from_the_formulas():
+    """Every cell of the table against F = 2MKN, Q = b(MK + KN + MN) and the roofs, each to the
+    digits the column prints (half a unit of its last digit)."""
+    K = N = 4096
+    Ms = [1, 256, 512, 4096]
+    head, rule, *lines = roofline.format_table(roofline.cost_table(Ms)).split("\n")
+    assert head.split() == [
+        "M",
+        "GFLOP",
+        "MB",
+        "FLOP/B",
+        "F/peak",
+        "ms",
+        "Q/BW",
+        "ms",
+        "ideal",
+        "ms",
+        "TFLOP/s",
+        "limiter",
+    ]
+    assert rule == "-" * len(head) and len(lines) == len(Ms)
+    for M, line in zip(Ms, lines, strict=True):
+        f, q = 2 * M * K * N, 2 * (M * K + K * N + M * N)
+        compute_s, memory_s = f / H100_BF16, q / H100_BW
+        want = [
+            f / 1e9,
+            q / 1e6,
+            f / q,
+            compute_s * 1e3,
+            memory_s * 1e3,
+            max(compute_s, memory_s) * 1e3,
+            min(H100_BF16, f / q * H100_BW) / 1e12,
+        ]
+        decimals = [3, 2, 1, 4, 4, 4, 1]  # as the columns print them
+        m, *figures, limiter = line.split()
+        assert int(m) == M and limiter == ("compute" if compute_s >= memory_s else "memory")
+        for shown, value, d in zip(figures, want, decimals, strict=True):
+            assert len(shown.split(".")[1]) == d and float(shown) == pytest.approx(value, abs=0.5 * 10**-d)
 
 
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), 64.5, True])
@@ -107,7 +152,8 @@ def test_measure_gemms_on_cpu_reports_real_positive_numbers():
     for p in points:
         assert p.achieved_flops > 0 and p.median_s > 0 and math.isfinite(p.spread)
         assert p.intensity == pytest.approx(
-            roofline.intensity(roofline.gemm_flops(p.M, 64, 64), roofline.gemm_bytes(p.M, 64, 64, 4)))
+            roofline.intensity(roofline.gemm_flops(p.M, 64, 64), roofline.gemm_bytes(p.M, 64, 64, 4))
+        )
 
 
 def test_training_gemms_are_the_forward_and_both_gradients():
@@ -180,7 +226,7 @@ def test_explorer_slider_stops_are_log_spaced_and_unique():
         labels, values = zip(*slider.options, strict=True)
         assert len(set(labels)) == len(labels) and list(values) == sorted(values)
         assert values[0] == low and values[-1] == high
-        ratios = [b / a for a, b in zip(values[:-1], values[1:], strict=True)]
+        ratios = [b / a for a, b in itertools.pairwise(values)]
         assert max(ratios) < 1.03  # about 100 stops a decade, presets in between
         assert all(float(label) == value for label, value in slider.options)  # readout = value
 

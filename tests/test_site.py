@@ -43,8 +43,13 @@ LANGS = ["en", "zh"]
 
 
 def _trainperf(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainperf.cli", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "trainperf.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,16 +63,21 @@ def site(tmp_path_factory, executed_dir) -> dict:
         out = Path(prebuilt).resolve()
         names = sorted(p.stem for p in (out / "en").glob("*.html") if p.stem[:2].isdigit())
         executed = os.environ.get("TRAINPERF_SITE_EXECUTED")  # the run it was built from
-        return {"out": out, "executed": Path(executed).resolve() if executed else None,
-                "stderr": None, "chapters": names}
+        return {
+            "out": out,
+            "executed": Path(executed).resolve() if executed else None,
+            "stderr": None,
+            "chapters": names,
+        }
     for chapter in CHAPTERS:
         _executed(chapter, executed_dir)  # English: shared with test_papermill_executes_quick_on_cpu
         if not executed_path(executed_dir, chapter, "zh").exists():
             result = run_one(str(ROOT), chapter, str(executed_dir), "cpu", True, 120, lang="zh")
             assert result.status == "ok", f"zh/{chapter} failed under papermill: {result.detail}"
     out = tmp_path_factory.mktemp("site") / "site"
-    built = _trainperf("site", "--chapters", *CHAPTERS, "--executed", str(executed_dir),
-                       "--out", str(out), timeout=600)
+    built = _trainperf(
+        "site", "--chapters", *CHAPTERS, "--executed", str(executed_dir), "--out", str(out), timeout=600
+    )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     return {"out": out, "executed": executed_dir, "stderr": built.stderr, "chapters": CHAPTERS}
 
@@ -115,13 +125,18 @@ def _cell_source(cell: dict) -> str:
 
 def _public_text() -> str:
     """Every cell of every student notebook, in every language: what the course shows anyway."""
-    return "\n".join(_cell_source(c) for path in sorted((ROOT / "notebooks").rglob("*.ipynb"))
-                     for c in json.loads(path.read_text(encoding="utf-8"))["cells"])
+    return "\n".join(
+        _cell_source(c)
+        for path in sorted((ROOT / "notebooks").rglob("*.ipynb"))
+        for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+    )
 
 
 def _outputs_text(cell: dict) -> str:
-    return "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
-                     for o in cell.get("outputs", []))
+    return "\n".join(
+        "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+        for o in cell.get("outputs", [])
+    )
 
 
 def _secret_lines(chapter: str, executed: Path | None) -> list[str]:
@@ -148,8 +163,11 @@ def _secret_lines(chapter: str, executed: Path | None) -> list[str]:
         if meta.get("solution"):
             inside = re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", source, re.S)
             secret += "\n".join(inside).splitlines()
-    return [ln.strip() for ln in secret
-            if len(ln.strip()) >= 12 and not ln.strip().startswith("#") and ln.strip() not in public]
+    return [
+        ln.strip()
+        for ln in secret
+        if len(ln.strip()) >= 12 and not ln.strip().startswith("#") and ln.strip() not in public
+    ]
 
 
 def test_the_build_says_its_links_use_the_placeholder_repository(site):
@@ -179,15 +197,20 @@ def test_each_page_says_where_its_outputs_come_from_and_how_to_open_it(site, lan
         text = _page_text(out / f"{chapter}.html")
         assert f"torch {metadata.version('torch')}" in text and ("cpu" in text), text[:2000]
         notebook = f"notebooks/{'' if lang == 'en' else 'zh/'}{chapter}/{chapter}.ipynb"
-        assert (f"https://colab.research.google.com/github/trainperf/trainperf-course/blob/main/{notebook}"
-                in page)
+        assert (
+            f"https://colab.research.google.com/github/trainperf/trainperf-course/blob/main/{notebook}"
+            in page
+        )
         assert f"https://mybinder.org/v2/gh/trainperf/trainperf-course/main?labpath={notebook}" in page
         assert f'href="notebooks/{chapter}.ipynb"' in page
         assert (out / "notebooks" / f"{chapter}.ipynb").is_file()
         other = "zh" if lang == "en" else "en"
         assert f'href="../{other}/{chapter}.html"' in page
-        student = json.loads((ROOT / "notebooks" / ("" if lang == "en" else lang) / chapter
-                              / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        student = json.loads(
+            (ROOT / "notebooks" / ("" if lang == "en" else lang) / chapter / f"{chapter}.ipynb").read_text(
+                encoding="utf-8"
+            )
+        )
         answers = sum(bool(c["metadata"].get("nbgrader", {}).get("solution")) for c in student["cells"])
         boxes = page.count("Your turn" if lang == "en" else "轮到你了")
         assert boxes == answers > 0, f"{chapter}: {boxes} 'your turn' boxes for {answers} exercises"
@@ -197,28 +220,74 @@ def test_each_page_says_where_its_outputs_come_from_and_how_to_open_it(site, lan
     index = (out / "index.html").read_text(encoding="utf-8")
     assert re.search(r'<a class="right-next"\s+href="01_roofline.html"', index), "no 'next' link"
     assert ("sliders and buttons" if lang == "en" else "滑块和按钮") in (out / "01_roofline.html").read_text(
-        encoding="utf-8"), "chapter 1's explorer must say its controls need a running notebook"
+        encoding="utf-8"
+    ), "chapter 1's explorer must say its controls need a running notebook"
 
 
 def test_a_page_keeps_teaching_outputs_drops_exercise_outputs_and_live_widgets():
-    student = {"cells": [
-        {"cell_type": "markdown", "id": "t", "metadata": {}, "source": "# Title"},
-        {"cell_type": "code", "id": "a", "metadata": {}, "source": "x = 1", "outputs": [],
-         "execution_count": None},
-        {"cell_type": "code", "id": "w", "metadata": {}, "source": "show()", "outputs": [],
-         "execution_count": None},
-        {"cell_type": "code", "id": "e", "metadata": {"nbgrader": {"solution": True}},
-         "source": "# YOUR CODE HERE", "outputs": [], "execution_count": None}],
-        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    executed = {"cells": [
-        {"cell_type": "code", "id": "a", "outputs": [{"output_type": "stream", "name": "stdout",
-                                                       "text": "1\n"}]},
-        {"cell_type": "code", "id": "w", "outputs": [
-            {"output_type": "display_data", "metadata": {},
-             "data": {"application/vnd.jupyter.widget-view+json": {}, "image/png": "AAAA",
-                      "text/plain": "view"}}]},
-        {"cell_type": "code", "id": "e", "outputs": [{"output_type": "stream", "name": "stdout",
-                                                       "text": "the solution's answer 42\n"}]}]}
+    student = {
+        "cells": [
+            {"cell_type": "markdown", "id": "t", "metadata": {}, "source": "# Title"},
+            {
+                "cell_type": "code",
+                "id": "a",
+                "metadata": {},
+                "source": "x = 1",
+                "outputs": [],
+                "execution_count": None,
+            },
+            {
+                "cell_type": "code",
+                "id": "w",
+                "metadata": {},
+                "source": "show()",
+                "outputs": [],
+                "execution_count": None,
+            },
+            {
+                "cell_type": "code",
+                "id": "e",
+                "metadata": {"nbgrader": {"solution": True}},
+                "source": "# YOUR CODE HERE",
+                "outputs": [],
+                "execution_count": None,
+            },
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    executed = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "a",
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": "1\n"}],
+            },
+            {
+                "cell_type": "code",
+                "id": "w",
+                "outputs": [
+                    {
+                        "output_type": "display_data",
+                        "metadata": {},
+                        "data": {
+                            "application/vnd.jupyter.widget-view+json": {},
+                            "image/png": "AAAA",
+                            "text/plain": "view",
+                        },
+                    }
+                ],
+            },
+            {
+                "cell_type": "code",
+                "id": "e",
+                "outputs": [
+                    {"output_type": "stream", "name": "stdout", "text": "the solution's answer 42\n"}
+                ],
+            },
+        ]
+    }
     page = page_notebook(student, executed, "en", "HEADER")
     kinds = [(c["cell_type"], c.get("id")) for c in page["cells"]]
     assert kinds[:3] == [("markdown", "t"), ("markdown", None), ("code", "a")]
@@ -232,16 +301,21 @@ def test_a_page_keeps_teaching_outputs_drops_exercise_outputs_and_live_widgets()
 
 def test_bad_input_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
-    for args, words in ((["site", "--lang", "fr"], "unknown language 'fr'"),
-                        (["run", "--lang", "fr", "--chapters", "01"], "unknown language 'fr'"),
-                        (["site", "--chapters", "02", "--executed", str(tmp_path / "empty"),
-                          "--out", str(tmp_path / "s")], "trainperf run --chapters 02_mfu")):
+    for args, words in (
+        (["site", "--lang", "fr"], "unknown language 'fr'"),
+        (["run", "--lang", "fr", "--chapters", "01"], "unknown language 'fr'"),
+        (
+            ["site", "--chapters", "02", "--executed", str(tmp_path / "empty"), "--out", str(tmp_path / "s")],
+            "trainperf run --chapters 02_mfu",
+        ),
+    ):
         done = _trainperf(*args, timeout=120)
         err = done.stderr.strip()
         assert done.returncode == 2 and words in err and "\n" not in err, (args, err)
 
 
 # ---------------------------------------------------------------------------- in a browser
+
 
 class _QuietServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
@@ -267,8 +341,10 @@ def chromium():
     from test_env_browser import CHROMIUM_FLAGS, find_chromium
 
     if find_chromium() is None:
-        pytest.skip("no Chromium here: install Debian's `chromium` package "
-                    "(apt-get install -y chromium; .ci/run does) or set TRAINPERF_CHROMIUM")
+        pytest.skip(
+            "no Chromium here: install Debian's `chromium` package "
+            "(apt-get install -y chromium; .ci/run does) or set TRAINPERF_CHROMIUM"
+        )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -309,9 +385,15 @@ def test_every_page_loads_offline_with_no_error_and_its_links_resolve(site, serv
     assert chapter_pages <= links, "the table of contents links every chapter"
 
 
-@pytest.mark.parametrize(("lang", "query", "expect"), [
-    ("en", "roofline", "01_roofline.html"), ("en", "arithmetic intensity", "01_roofline.html"),
-    ("zh", "算术强度", "01_roofline.html"), ("zh", "屋顶线", "01_roofline.html")])
+@pytest.mark.parametrize(
+    ("lang", "query", "expect"),
+    [
+        ("en", "roofline", "01_roofline.html"),
+        ("en", "arithmetic intensity", "01_roofline.html"),
+        ("zh", "算术强度", "01_roofline.html"),
+        ("zh", "屋顶线", "01_roofline.html"),
+    ],
+)
 def test_search_finds_a_term_on_its_chapter_page(served, chromium, lang, query, expect):
     page, _ = _open(chromium, f"{served}/{lang}/search.html?q={urllib.parse.quote(query)}")
     page.wait_for_selector("#search-results li a", timeout=30_000)
@@ -323,8 +405,10 @@ def test_search_finds_a_term_on_its_chapter_page(served, chromium, lang, query, 
 @pytest.fixture(scope="module")
 def site_shots() -> Path:
     """Screenshots go to $TRAINPERF_SCREENSHOTS/site or /tmp/trainperf-screenshots/site."""
-    folder = Path(os.environ.get("TRAINPERF_SCREENSHOTS")
-                  or Path(tempfile.gettempdir()) / "trainperf-screenshots") / "site"
+    folder = (
+        Path(os.environ.get("TRAINPERF_SCREENSHOTS") or Path(tempfile.gettempdir()) / "trainperf-screenshots")
+        / "site"
+    )
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -341,12 +425,20 @@ def test_maths_code_and_chinese_glyphs_render(site, served, chromium, site_shots
         from helpers.i18n import CJK_FONT_FAMILY, CJK_FONT_FILE
 
         page.evaluate("() => document.fonts.ready")
-        sample = "".join(sorted({ch for ch in _page_text(site["out"] / "zh" / "01_roofline.html")
-                                 if "\u4e00" <= ch <= "\u9fff"}))
+        sample = "".join(
+            sorted(
+                {
+                    ch
+                    for ch in _page_text(site["out"] / "zh" / "01_roofline.html")
+                    if "\u4e00" <= ch <= "\u9fff"
+                }
+            )
+        )
         assert len(sample) > 100
         assert page.evaluate(f"(s) => document.fonts.check('16px \"{CJK_FONT_FAMILY}\"', s)", sample)
         loaded = page.evaluate(
-            "() => [...document.fonts].filter(f => f.status === 'loaded').map(f => f.family)")
+            "() => [...document.fonts].filter(f => f.status === 'loaded').map(f => f.family)"
+        )
         assert any(CJK_FONT_FAMILY in family for family in loaded), loaded
         cmap = TTFont(site["out"] / "zh" / "_static" / CJK_FONT_FILE).getBestCmap()
         for path in (site["out"] / "zh").glob("*.html"):

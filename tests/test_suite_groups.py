@@ -18,4 +18,5 @@ def test_this_file_runs_as_one_group(request):
         pytest.skip("not under pytest-xdist --dist loadgroup (e.g. -n0): there are no groups to check")
     assert request.node.nodeid.endswith("@test_suite_groups.py"), (
         f"node id {request.node.nodeid!r} has no group suffix: the xdist groups in tests/conftest.py "
-        "are ignored (check the pytest / pytest-xdist pair in pyproject.toml)")
+        "are ignored (check the pytest / pytest-xdist pair in pyproject.toml)"
+    )

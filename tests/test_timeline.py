@@ -6,18 +6,12 @@ import json
 import math
 
 import pytest
-from conftest import ROOT, shared_trace
+from conftest import HTA_FIGURES, ROOT, shared_trace
 
 from helpers import timeline as tl
 
-# HTA 0.5.0 on the shared traces: idle %, compute %, non-compute %, kernel time µs, overlap %
-HTA = {
-    "gpu_128rank_sampled_rank1.json.gz": (54.72, 22.57, 22.72, 600674, 20.05),
-    "gpu_a100_2rank_rank0.json.gz": (77.78, 17.26, 4.97, 435586, 14.31),
-}
-
-
 # ---------------------------------------------------------------- interval algebra by hand
+
 
 def test_merge_intervals_joins_overlapping_and_touching_and_sorts():
     assert tl.merge_intervals([(5, 7), (0, 2), (1, 3), (3, 4), (6, 6)]) == [(0, 4), (5, 7)]
@@ -50,6 +44,7 @@ def test_bad_intervals_are_one_line_errors():
 
 
 # ---------------------------------------------------------------- cost models by hand
+
 
 def test_alpha_beta_and_ring_allreduce_by_hand():
     assert tl.alpha_beta_time(1e6, 10e-6, 1e9) == pytest.approx(10e-6 + 1e-3)
@@ -110,6 +105,7 @@ def test_min_microbatches():
 
 # ---------------------------------------------------------------- loading
 
+
 def _write(path, events, **top):
     with gzip.open(path, "wt") as fh:
         json.dump({"traceEvents": events, **top}, fh)
@@ -134,25 +130,62 @@ def test_missing_and_damaged_files_are_one_line_errors(tmp_path):
     with pytest.raises(ValueError, match="no numeric"):
         tl.load_trace(_write(tmp_path / "x.json.gz", [{"ph": "X", "name": "a", "ts": "late"}]))
     (tmp_path / "d").mkdir()
-    with pytest.raises(FileNotFoundError, match="no .json"):
+    with pytest.raises(FileNotFoundError, match=r"no \.json"):
         tl.load_trace(tmp_path / "d")
 
 
 def _cpu_rank(rank, slow):
     """A tiny hand-made CPU trace: one step of 100 µs; comm 40-90 on a gloo thread."""
     main, gloo = 1, 2
-    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "ts": 0, "dur": 100,
-           "pid": 9, "tid": main},
-          {"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#_Iter.__next__",
-           "ts": 0, "dur": 10, "pid": 9, "tid": main},
-          {"ph": "X", "cat": "cpu_op", "name": "aten::stack", "ts": 2, "dur": 5, "pid": 9, "tid": main},
-          {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 20 + slow, "dur": 40, "pid": 9,
-           "tid": main},
-          {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 60 + slow, "dur": 1, "pid": 9,
-           "tid": main},
-          {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 40, "dur": 50,
-           "pid": 9, "tid": gloo},
-          {"ph": "M", "name": "thread_name", "pid": 9, "tid": gloo, "args": {"name": "gloo"}}]
+    ev = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#7",
+            "ts": 0,
+            "dur": 100,
+            "pid": 9,
+            "tid": main,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "enumerate(DataLoader)#_Iter.__next__",
+            "ts": 0,
+            "dur": 10,
+            "pid": 9,
+            "tid": main,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::stack", "ts": 2, "dur": 5, "pid": 9, "tid": main},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::addmm",
+            "ts": 20 + slow,
+            "dur": 40,
+            "pid": 9,
+            "tid": main,
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "c10d::allreduce_",
+            "ts": 60 + slow,
+            "dur": 1,
+            "pid": 9,
+            "tid": main,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "gloo:all_reduce",
+            "ts": 40,
+            "dur": 50,
+            "pid": 9,
+            "tid": gloo,
+        },
+        {"ph": "M", "name": "thread_name", "pid": 9, "tid": gloo, "args": {"name": "gloo"}},
+    ]
     return ev, {"distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"}}
 
 
@@ -168,7 +201,7 @@ def test_cpu_step_breakdown_by_hand(tmp_path):
     assert b.idle_us == 30 and b.data_wait_us == 10 and b.host_overhead_us == 20  # 0-20, 90-100
     assert b.compute_us + b.exposed_comm_us + b.other_us + b.idle_us == pytest.approx(b.duration_us)
     verdict = tl.classify(b)
-    assert verdict.label == "communication-bound" and verdict.evidence["exposed_comm"] == 0.3
+    assert verdict.label == "communication-bound" and verdict.evidence["exposed_comm"] == 30 / 100
 
 
 def test_folder_of_ranks_sorted_by_rank_and_straggler(tmp_path):
@@ -179,13 +212,52 @@ def test_folder_of_ranks_sorted_by_rank_and_straggler(tmp_path):
     assert [t.rank for t in traces] == [0, 1]
     by_rank = {t.rank: tl.step_breakdown(t) for t in traces}
     assert tl.straggler(by_rank) == 0  # rank 0 computes late: less of its step is exposed comm
-    assert "rank" in tl.rank_table(traces)
+    head, *rows, last = tl.rank_table(traces).split("\n")
+    assert head.split() == [
+        "rank",
+        "steps",
+        "step",
+        "ms",
+        "compute",
+        "comm",
+        "exposed",
+        "data",
+        "host",
+        "verdict",
+    ]
+    # by hand, µs of the one step: rank 0 computes 45-85, rank 1 20-60; comm 40-90 on both; the
+    # loader 0-10. Exposed comm: rank 0 40-45 and 85-90, rank 1 60-90; host = idle - data.
+    want = {0: (100, 40, 50, 5 + 5, 10, 100 - 40 - 10 - 10), 1: (100, 40, 50, 30, 10, 100 - 40 - 30 - 10)}
+    for line, (rank, us) in zip(rows, want.items(), strict=True):
+        cells = line.split()
+        assert cells[:2] == [str(rank), "1"]
+        assert [float(c) for c in cells[2:8]] == pytest.approx([u / 1e3 for u in us], abs=0.005)
+    assert [r.split(maxsplit=8)[8] for r in rows] == ["host-bound", "waiting for rank 0"]
+    # rank 0's own time 100 - 10 leads rank 1's 100 - 30; one step has no spread, so the margin
+    # is the 5 % floor of rank 0's own time
+    lead, floor = (100 - 10) - (100 - 30), 0.05 * (100 - 10)
+    assert last == (
+        f"straggler: rank 0 (rank 0 leads the others by {lead / 1e3:.2f} ms of own time per "
+        f"step over 1 steps; margin {floor / 1e3:.2f} ms (5 % floor {floor / 1e3:.2f} ms, "
+        "2 standard errors of the per-step leads 0.00 ms))"
+    )
 
 
 def _step(**us):
-    base = dict(step="s", rank=0, basis="gpu", start_us=0, duration_us=100, compute_us=0,
-                communication_us=0, exposed_comm_us=0, other_us=0, idle_us=0, data_wait_us=0,
-                host_overhead_us=0)
+    base = dict(
+        step="s",
+        rank=0,
+        basis="gpu",
+        start_us=0,
+        duration_us=100,
+        compute_us=0,
+        communication_us=0,
+        exposed_comm_us=0,
+        other_us=0,
+        idle_us=0,
+        data_wait_us=0,
+        host_overhead_us=0,
+    )
     return tl.StepBreakdown(**{**base, **us})
 
 
@@ -194,8 +266,7 @@ def test_classify_rules_measure_waste_against_compute():
     assert tl.classify(_step(compute_us=50, data_wait_us=30, host_overhead_us=20)).label == "data-bound"
     assert tl.classify(_step(compute_us=40, host_overhead_us=35)).label == "host-bound"
     assert tl.classify(_step(compute_us=60, bubble_us=40)).label == "pipeline-bubble"
-    assert tl.classify(_step(compute_us=85, exposed_comm_us=15), threshold=0.1).label == \
-        "communication-bound"
+    assert tl.classify(_step(compute_us=85, exposed_comm_us=15), threshold=0.1).label == "communication-bound"
     # 17 µs of data wait in a 100 µs step is 17% of the step but 21% of the 80 µs of compute
     assert tl.classify(_step(compute_us=80, data_wait_us=17, duration_us=100)).label == "data-bound"
     assert tl.classify(_step(compute_us=0, duration_us=10, host_overhead_us=10)).label == "host-bound"
@@ -245,7 +316,10 @@ def test_bucket_and_stage_decisions_by_hand():
 def test_faster_backward_can_expose_communication():
     before = tl.step_with_overlap(0.020, 0.040, 0.75, 0.035)  # window 30 ms: 5 ms exposed
     after = tl.step_with_overlap(0.020, 0.020, 0.75, 0.035)  # window 15 ms: 20 ms exposed
-    assert before == pytest.approx((0.065, 0.005)) and after == pytest.approx((0.060, 0.020))
+    # exposed = comm - window (never below 0); step = forward + backward + exposed
+    exposed_before, exposed_after = 0.035 - 0.75 * 0.040, 0.035 - 0.75 * 0.020
+    assert before == pytest.approx((0.020 + 0.040 + exposed_before, exposed_before))
+    assert after == pytest.approx((0.020 + 0.020 + exposed_after, exposed_after))
 
 
 def test_unequal_stages_and_interleaving():
@@ -259,10 +333,11 @@ def test_unequal_stages_and_interleaving():
 
 # ---------------------------------------------------------------- HTA agreement on real traces
 
-@pytest.mark.parametrize("name", sorted(HTA))
+
+@pytest.mark.parametrize("name", sorted(HTA_FIGURES))
 def test_temporal_breakdown_and_overlap_match_hta(name):
     path = shared_trace(name)
-    idle, compute, non_compute, kernel_us, overlap_pct = HTA[name]
+    idle, compute, non_compute, kernel_us, overlap_pct = HTA_FIGURES[name]
     t = tl.load_trace(path)
     assert t.is_gpu
     tb = tl.temporal_breakdown(t)
@@ -275,7 +350,7 @@ def test_temporal_breakdown_and_overlap_match_hta(name):
     assert tl.comm_comp_overlap([t]) == {t.rank: tl.comm_comp_overlap(t)}
 
 
-@pytest.mark.parametrize("name", sorted(HTA))
+@pytest.mark.parametrize("name", sorted(HTA_FIGURES))
 def test_gpu_step_breakdown_adds_up(name):
     path = shared_trace(name)
     t = tl.load_trace(path)
@@ -287,20 +362,46 @@ def test_gpu_step_breakdown_adds_up(name):
         assert total == pytest.approx(b.duration_us, rel=1e-9)
         assert b.exposed_comm_us <= b.communication_us
         assert b.idle_us == pytest.approx(b.data_wait_us + b.host_overhead_us)
-        assert tl.classify(b).label in ("compute-bound", "communication-bound", "host-bound",
-                                        "data-bound", "pipeline-bubble")
+        assert tl.classify(b).label in (
+            "compute-bound",
+            "communication-bound",
+            "host-bound",
+            "data-bound",
+            "pipeline-bubble",
+        )
 
 
 def test_a_constructed_gpu_trace_gives_the_hand_computed_breakdown(tmp_path):
     """The GPU path without the shared traces: figures worked out by hand on five events."""
+
     def gpu(name, ts, dur, stream, corr, cat="kernel"):
-        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": stream,
-                "args": {"stream": stream, "correlation": corr}}
-    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 10, "pid": 1, "tid": 1,
-           "args": {"correlation": 1}},
-          gpu("sgemm_kernel", 10, 40, 7, 1), gpu("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 30, 40, 13, 2),
-          gpu("Memcpy HtoD (Pageable -> Device)", 80, 10, 7, 3, cat="gpu_memcpy"),
-          gpu("elementwise_kernel", 100, 20, 7, 4)]
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "ts": ts,
+            "dur": dur,
+            "pid": 0,
+            "tid": stream,
+            "args": {"stream": stream, "correlation": corr},
+        }
+
+    ev = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "ts": 0,
+            "dur": 10,
+            "pid": 1,
+            "tid": 1,
+            "args": {"correlation": 1},
+        },
+        gpu("sgemm_kernel", 10, 40, 7, 1),
+        gpu("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 30, 40, 13, 2),
+        gpu("Memcpy HtoD (Pageable -> Device)", 80, 10, 7, 3, cat="gpu_memcpy"),
+        gpu("elementwise_kernel", 100, 20, 7, 4),
+    ]
     t = tl.load_trace(_write(tmp_path / "gpu.json.gz", ev))
     tb = tl.temporal_breakdown(t)
     # GPU span 10..120 = 110 µs; busy [10, 70] + [80, 90] + [100, 120] = 90 µs
@@ -312,6 +413,7 @@ def test_a_constructed_gpu_trace_gives_the_hand_computed_breakdown(tmp_path):
 
 
 # ---------------------------------------------------------------- the traces this project ships
+
 
 def test_shipped_cpu_traces_load_and_show_the_straggler():
     balanced = tl.load_trace(tl.example_traces("ddp_balanced"))
@@ -346,8 +448,12 @@ def test_shipped_straggler_is_clearly_visible():
 
 
 def test_cpu_only_trace_without_anything_is_a_clear_error(tmp_path):
-    t = tl.load_trace(_write(tmp_path / "e.json.gz", [
-        {"ph": "X", "cat": "user_annotation", "name": "hello", "ts": 0, "dur": 5, "pid": 1, "tid": 1}]))
+    t = tl.load_trace(
+        _write(
+            tmp_path / "e.json.gz",
+            [{"ph": "X", "cat": "user_annotation", "name": "hello", "ts": 0, "dur": 5, "pid": 1, "tid": 1}],
+        )
+    )
     with pytest.raises(ValueError, match="neither GPU kernels nor CPU operators"):
         tl.temporal_breakdown(t)
     with pytest.raises(ValueError, match="overlap is undefined"):
@@ -358,6 +464,7 @@ def test_cpu_only_trace_without_anything_is_a_clear_error(tmp_path):
 
 def test_plots_draw_rows_per_rank_and_stream():
     import matplotlib
+
     matplotlib.use("Agg")
     traces = tl.load_trace(tl.example_traces("ddp_one_slow"))
     ax = tl.plot_timeline(traces)
@@ -369,6 +476,7 @@ def test_plots_draw_rows_per_rank_and_stream():
 
 
 # ---------------------------------------------------------------- the live recorder (real processes)
+
 
 def test_record_ddp_two_gloo_ranks_with_a_straggler(tmp_path):
     runs = tl.record_ddp(tmp_path, slow_rank=1, steps=2, layers=2, width=64, batch=16)
@@ -392,10 +500,22 @@ def test_record_ddp_rejects_bad_arguments():
 
 
 def test_annotated_steps_are_used_when_there_is_no_profiler_step(tmp_path):
-    ev = [{"ph": "X", "cat": "user_annotation", "name": f"train_step_{i:04d}", "ts": 100 * i, "dur": 90,
-           "pid": 1, "tid": 1} for i in range(3)]
-    ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 100 * i + 10, "dur": 50, "pid": 1,
-            "tid": 1} for i in range(3)]
+    ev = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": f"train_step_{i:04d}",
+            "ts": 100 * i,
+            "dur": 90,
+            "pid": 1,
+            "tid": 1,
+        }
+        for i in range(3)
+    ]
+    ev += [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 100 * i + 10, "dur": 50, "pid": 1, "tid": 1}
+        for i in range(3)
+    ]
     t = tl.load_trace(_write(tmp_path / "a.json.gz", ev))
     steps = tl.step_breakdown(t)
     assert [s.step for s in steps] == ["train_step_0000", "train_step_0001", "train_step_0002"]
@@ -407,6 +527,7 @@ def test_annotated_steps_are_used_when_there_is_no_profiler_step(tmp_path):
 
 def test_gantt_rows_include_cuda_streams():
     import matplotlib
+
     matplotlib.use("Agg")
     path = shared_trace("gpu_a100_2rank_rank0.json.gz")
     ax = tl.plot_timeline(tl.load_trace(path))
@@ -424,13 +545,15 @@ def test_intervals_of_a_class_per_step(tmp_path):
     assert tl.step_breakdown(t)[0].communication_us == 50
     with pytest.raises(IndexError):
         tl.intervals(t, "comm", step=3)
-    with pytest.raises(ValueError, match="kind must be"):
+    with pytest.raises(ValueError, match="unknown interval kind 'gpu'"):
         tl.intervals(t, "gpu")
 
 
 def _ranks(own_by_rank, exposed=20.0):
-    return {r: [_step(duration_us=own + exposed, compute_us=0.7 * own, exposed_comm_us=exposed)
-                for own in times] for r, times in own_by_rank.items()}
+    return {
+        r: [_step(duration_us=own + exposed, compute_us=0.7 * own, exposed_comm_us=exposed) for own in times]
+        for r, times in own_by_rank.items()
+    }
 
 
 def test_a_straggler_leads_beyond_the_floor_and_the_steps_spread():
@@ -445,13 +568,14 @@ def test_a_straggler_leads_beyond_the_floor_and_the_steps_spread():
     leads = [4.0, 1.0, 1.5]  # rank 5's own time minus rank 3's, step by step
     mean = sum(leads) / 3
     sd = (sum((x - mean) ** 2 for x in leads) / 2) ** 0.5
-    assert e["lead"] == pytest.approx(mean) and e["noise"] == pytest.approx(2 * sd / 3 ** 0.5)
+    assert e["lead"] == pytest.approx(mean) and e["noise"] == pytest.approx(2 * sd / 3**0.5)
     assert e["margin"] == max(e["noise"], e["floor"])
     # ahead in every step, but by a lead the spread explains: balanced
     assert tl.straggler(_ranks({0: [130.0, 101.0, 101.0], 1: [100.0, 100.0, 100.0]})) is None
     # behind in one step, yet a lead well beyond the spread: a straggler
     assert tl.straggler(_ranks({0: [99.0, 130.0, 130.0, 130.0, 130.0], 1: [100.0] * 5})) == 0
-    assert e["lead"] == pytest.approx(13.1666667 - 11.0) and e["floor"] == pytest.approx(0.05 * 13.1666667)
+    own_5, own_3 = (14.0 + 13.0 + 12.5) / 3, (10.0 + 12.0 + 11.0) / 3  # mean own time per step
+    assert e["lead"] == pytest.approx(own_5 - own_3) and e["floor"] == pytest.approx(0.05 * own_5)
     with pytest.raises(ValueError, match="at least one rank"):
         tl.straggler({})
 
@@ -463,3 +587,91 @@ def test_a_balanced_run_names_no_rank_as_waited_for():
     for b in slow[1]:  # the fast rank waits: most of its step is exposed communication
         object.__setattr__(b, "exposed_comm_us", 70.0)
     assert tl.classify_ranks(slow)[1].label == "waiting for rank 0"
+
+
+# ---------------------------------------------------------------- record_ddp's rendezvous port
+
+TAKEN = (
+    "rank 0: DistNetworkError: The server socket has failed to listen on any local network "
+    "address. port: {}, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use"
+)
+
+
+def test_a_rendezvous_port_taken_meanwhile_is_tried_again_on_a_new_one():
+    from helpers.timeline import _ddp
+
+    ports, tried = iter(range(5001, 5100)), []
+
+    def run(port):
+        tried.append(port)
+        return [TAKEN.format(port)] if len(tried) < 3 else []
+
+    assert _ddp._with_free_port(run, tries=3, pick=lambda: next(ports)) == []
+    assert tried == [5001, 5002, 5003]  # a new port each time, the third run succeeded
+
+
+def test_other_failures_are_not_retried_and_the_tries_are_bounded():
+    from helpers.timeline import _ddp
+
+    ports, tried = iter(range(6001, 6100)), []
+
+    def failing(errors):
+        def run(port):
+            tried.append(port)
+            return [e.format(port) for e in errors]
+
+        return run
+
+    boom = ["rank 1: RuntimeError: boom"]
+    assert _ddp._with_free_port(failing(boom), tries=3, pick=lambda: next(ports)) == boom
+    assert tried == [6001]
+    tried.clear()
+    assert _ddp._with_free_port(failing([]), pick=lambda: next(ports)) == [] and tried == [6002]
+    tried.clear()
+    errors = _ddp._with_free_port(failing([TAKEN]), pick=lambda: next(ports))
+    assert tried == [6003, 6004, 6005] and _ddp.PORT_TRIES == len(tried)
+    assert errors == [
+        TAKEN.format(6005),
+        f"the rendezvous port was taken by another process on each of {_ddp.PORT_TRIES} tries",
+    ]
+
+
+def test_a_taken_port_is_recognised_in_torchs_own_error():
+    """The message torch gives when rank 0's store cannot listen (a port another process holds),
+    as a forked rank reports it; other failures are not taken for it."""
+    import socket
+
+    import torch.distributed as dist
+
+    from helpers.timeline import _ddp
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        with pytest.raises(dist.DistNetworkError) as err:
+            dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    first = str(err.value).strip().splitlines()[0]
+    assert _ddp._port_taken([f"rank 0: {type(err.value).__name__}: {first}"])
+    assert not _ddp._port_taken(["rank 1: RuntimeError: boom", "the run took longer than 120 s"])
+    assert not _ddp._port_taken([])
+
+
+def test_waiting_for_ranks_ends_when_all_end_or_one_fails_or_time_runs_out():
+    from helpers.timeline import _ddp
+
+    def scripted(*steps):
+        seen = []
+
+        def codes():
+            seen.append(steps[len(seen)])
+            return seen[-1]
+
+        return codes, seen
+
+    codes, seen = scripted([None, None], [None, 0], [0, 0])
+    assert _ddp._wait_ranks(codes, timeout_s=1e9, poll_s=0) is False and len(seen) == 3
+    # a failed rank ends the wait: the other would wait for it in a collective
+    codes, seen = scripted([None, None], [None, 1])
+    assert _ddp._wait_ranks(codes, timeout_s=1e9, poll_s=0) is False and len(seen) == 2
+    assert _ddp._wait_ranks(lambda: [None, 0], timeout_s=0, poll_s=0) is True  # still running: time is up

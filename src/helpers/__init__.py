@@ -20,8 +20,7 @@ __version__ = "0.1.0"
 
 # Every public module in this folder, found rather than listed, so a new chapter's module
 # needs no edit here.
-_SUBMODULES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
-                           if not m.name.startswith("_")))
+_SUBMODULES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
 
 __all__ = ["setup", "__version__", *_SUBMODULES]
 

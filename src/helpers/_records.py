@@ -6,7 +6,8 @@ A hidden check turns the learner's answer into *plain data* — exactly ``int``,
 for the grading process to compare with what the reference solution produced. The same
 :func:`compare` is used in all three places, so the verdict cannot depend on where it ran.
 
-This module imports nothing heavy: the grading process uses it too.
+This module imports nothing heavy (the standard library and :mod:`helpers._wire`): the
+grading process uses it too.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import math
 import os
 from typing import Any
 
-# MIME type of a record in a kernel's display_data output. The grader's notebook client takes
-# these out of the cell's outputs; nothing else reads them.
-RECORD_MIME = "application/vnd.trainperf.record+json"
-# Set in a kernel's environment by the grader: hidden checks record instead of comparing.
-RECORD_ENV = "TRAINPERF_RECORD_HIDDEN"
+# The record's MIME type (the grader's notebook client takes these out of a cell's outputs) and
+# the variable the grader sets in the kernel's environment: the wire contract, in helpers._wire.
+from ._validate import unknown
+from ._wire import RECORD_ENV as RECORD_ENV
+from ._wire import RECORD_MIME as RECORD_MIME
+
 KINDS = ("close", "equal", "one_of")
 MAX_ELEMENTS = 10_000  # a tensor or array with more elements is not a sensible answer
 MAX_RECORD_BYTES = 64 * 1024  # one record, serialised
@@ -112,11 +114,17 @@ def _close(got: Any, expected: Any, rtol: float, atol: float) -> bool:
             return False
         return math.isclose(got, expected, rel_tol=rtol, abs_tol=atol)
     if isinstance(expected, list):
-        return (isinstance(got, list) and len(got) == len(expected)
-                and all(_close(g, e, rtol, atol) for g, e in zip(got, expected, strict=True)))
+        return (
+            isinstance(got, list)
+            and len(got) == len(expected)
+            and all(_close(g, e, rtol, atol) for g, e in zip(got, expected, strict=True))
+        )
     if isinstance(expected, dict):
-        return (isinstance(got, dict) and set(got) == set(expected)
-                and all(_close(got[k], expected[k], rtol, atol) for k in expected))
+        return (
+            isinstance(got, dict)
+            and set(got) == set(expected)
+            and all(_close(got[k], expected[k], rtol, atol) for k in expected)
+        )
     return _equal(got, expected)
 
 
@@ -128,11 +136,17 @@ def _equal(got: Any, expected: Any) -> bool:
     if _is_number(expected):
         return _is_number(got) and got == expected
     if isinstance(expected, list):
-        return (isinstance(got, list) and len(got) == len(expected)
-                and all(_equal(g, e) for g, e in zip(got, expected, strict=True)))
+        return (
+            isinstance(got, list)
+            and len(got) == len(expected)
+            and all(_equal(g, e) for g, e in zip(got, expected, strict=True))
+        )
     if isinstance(expected, dict):
-        return (isinstance(got, dict) and set(got) == set(expected)
-                and all(_equal(got[k], expected[k]) for k in expected))
+        return (
+            isinstance(got, dict)
+            and set(got) == set(expected)
+            and all(_equal(got[k], expected[k]) for k in expected)
+        )
     return got is None and expected is None
 
 
@@ -150,7 +164,7 @@ def compare(kind: str, got: Any, expected: Any, rtol: float = 1e-6, atol: float 
         return _equal(got, expected)
     if kind == "one_of":
         return isinstance(expected, list) and any(_equal(got, e) for e in expected)
-    raise ValueError(f"unknown check kind {kind!r}; use one of {', '.join(KINDS)}")
+    raise unknown("check kind", kind, KINDS)
 
 
 def recording() -> bool:
@@ -162,9 +176,10 @@ def emit(record: dict[str, Any]) -> None:
     """Send one record out of this kernel as display data the grader's client collects."""
     text = json.dumps(record, allow_nan=True)
     if len(text) > MAX_RECORD_BYTES:
-        text = json.dumps({k: record[k] for k in ("what", "kind") if k in record}
-                          | {"error": f"the answer is {len(text):,} bytes as data; the limit is "
-                                      f"{MAX_RECORD_BYTES:,}"})
+        text = json.dumps(
+            {k: record[k] for k in ("what", "kind") if k in record}
+            | {"error": f"the answer is {len(text):,} bytes as data; the limit is {MAX_RECORD_BYTES:,}"}
+        )
     try:
         from IPython.display import display
 

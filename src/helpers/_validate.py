@@ -27,7 +27,8 @@ def count(minimum: int = 1, **values: float) -> tuple[int, ...]:
     out = []
     for name, value in values.items():
         whole = (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and math.isfinite(value) and value.is_integer())
+            isinstance(value, float) and math.isfinite(value) and value.is_integer()
+        )
         if not whole or value < minimum:
             want = "a positive whole number" if minimum == 1 else f"a whole number >= {minimum}"
             raise ValueError(f"{name} must be {want}, got {value!r}")
@@ -53,8 +54,9 @@ def flag(**values: Any) -> None:
 def path(name: str, value: Any) -> Path:
     """A file path given as a str or an os.PathLike, as a Path."""
     if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"{name} must be a file path (a str or pathlib.Path), got {type(value).__name__} "
-                        f"{value!r}")
+        raise TypeError(
+            f"{name} must be a file path (a str or pathlib.Path), got {type(value).__name__} {value!r}"
+        )
     return Path(value)
 
 
@@ -66,10 +68,21 @@ class UnknownName(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
-def unknown(kind: str, value: Any, options: Iterable[Any]) -> UnknownName:
+def unknown(
+    kind: str,
+    value: Any,
+    options: Iterable[Any],
+    *,
+    near: str | None = None,
+    error: type[UnknownName] = UnknownName,
+) -> UnknownName:
     """The error for ``value`` not among ``options``, naming the nearest option when one is
-    close (``'gpt2-smal'`` -> did you mean ``'gpt2-small'``?). Raise what it returns."""
+    close (``'gpt2-smal'`` -> did you mean ``'gpt2-small'``?). Raise what it returns.
+    ``near``: the option to suggest, where the caller knows better than a spelling match;
+    ``error``: a subclass of :class:`UnknownName` that a module's callers catch."""
     names = [str(o) for o in options]
-    near = difflib.get_close_matches(str(value), names, n=1, cutoff=0.6)
-    hint = f"did you mean {near[0]!r}? " if near else ""
-    return UnknownName(f"unknown {kind} {value!r}; {hint}choose one of: {', '.join(names)}")
+    if near is None:
+        close = difflib.get_close_matches(str(value), names, n=1, cutoff=0.6)
+        near = close[0] if close else None
+    hint = f"did you mean {near!r}? " if near else ""
+    return error(f"unknown {kind} {value!r}; {hint}choose one of: {', '.join(names)}")

@@ -40,20 +40,44 @@ def setup(device: str = "auto", seed: int = 0, verbose: bool = True, lang: str |
         gpu = hardware.detect_gpu()
     runtime = Runtime(dev, gpu, gpu_name)
     if verbose:
-        print(tr("helpers {version} · torch {torch} · Python {python} · device: {device}",
-                 version=__version__, torch=torch.__version__, python=platform.python_version(),
-                 device=dev))
+        print(
+            tr(
+                "helpers {version} · torch {torch} · Python {python} · device: {device}",
+                version=__version__,
+                torch=torch.__version__,
+                python=platform.python_version(),
+                device=dev,
+            )
+        )
         if gpu is not None:
             peaks = ", ".join(f"{k} {v / 1e12:g}" for k, v in gpu.peak_flops.items())
-            print(tr("GPU {gpu} -> table entry '{entry}': dense peak TFLOP/s {peaks}; bandwidth "
-                     "{bandwidth:g} TB/s ({source})", gpu=gpu_name, entry=gpu.name, peaks=peaks,
-                     bandwidth=gpu.memory_bandwidth / 1e12, source=gpu.source))
+            print(
+                tr(
+                    "GPU {gpu} -> table entry '{entry}': dense peak TFLOP/s {peaks}; bandwidth "
+                    "{bandwidth:g} TB/s ({source})",
+                    gpu=gpu_name,
+                    entry=gpu.name,
+                    peaks=peaks,
+                    bandwidth=gpu.memory_bandwidth / 1e12,
+                    source=gpu.source,
+                )
+            )
         elif gpu_name:
-            print(tr("GPU {gpu} is not in helpers.hardware.DEVICES: no datasheet peak; use measured "
-                     "figures (helpers.hardware.measure_device()).", gpu=gpu_name))
+            print(
+                tr(
+                    "GPU {gpu} is not in helpers.hardware.DEVICES: no datasheet peak; use measured "
+                    "figures (helpers.hardware.measure_device()).",
+                    gpu=gpu_name,
+                )
+            )
         else:
-            print(tr("CPU run ({threads} threads): no datasheet peak for a CPU; the course measures "
-                     "this machine's own roofline instead.", threads=torch.get_num_threads()))
+            print(
+                tr(
+                    "CPU run ({threads} threads): no datasheet peak for a CPU; the course measures "
+                    "this machine's own roofline instead.",
+                    threads=torch.get_num_threads(),
+                )
+            )
         busy = busy_note()
         if busy:
             print(busy)
@@ -75,6 +99,10 @@ def busy_note(load: float | None = None, cores: int | None = None) -> str:
     cores = cores or os.cpu_count() or 1
     if load < cores / 2:
         return ""
-    return tr("This machine is busy: load average {load:.1f} on {cores} cores. Timings will be slower and "
-              "noisier, and more speed comparisons will say 'within noise'. For cleaner numbers, stop "
-              "other programs, or set torch.set_num_threads to the cores left free.", load=load, cores=cores)
+    return tr(
+        "This machine is busy: load average {load:.1f} on {cores} cores. Timings will be slower and "
+        "noisier, and more speed comparisons will say 'within noise'. For cleaner numbers, stop "
+        "other programs, or set torch.set_num_threads to the cores left free.",
+        load=load,
+        cores=cores,
+    )

@@ -8,14 +8,15 @@ datasheet gives only the sparse figure the table holds half of it, and says so i
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from ._validate import UnknownName, unknown
 from ._validate import flag as _flag
-from ._validate import unknown
 from .bench import Measurement, measure, resolve_device
 
 TERA = 1e12
@@ -60,8 +61,21 @@ class DeviceSpec:
         return self.peak(dtype) / self.memory_bandwidth
 
 
-def _spec(name, fp32, bw_gb_s, mem_gb, source, *, tf32=None, fp16=None, bf16=None, fp8=None,
-          note="", aliases=(), l2_mb=None) -> DeviceSpec:
+def _spec(
+    name,
+    fp32,
+    bw_gb_s,
+    mem_gb,
+    source,
+    *,
+    tf32=None,
+    fp16=None,
+    bf16=None,
+    fp8=None,
+    note="",
+    aliases=(),
+    l2_mb=None,
+) -> DeviceSpec:
     peaks = {"fp32": fp32 * TERA}
     for key, value in (("tf32", tf32), ("fp16", fp16), ("bf16", bf16), ("fp8", fp8)):
         if value is not None:
@@ -74,75 +88,224 @@ _A100_L2 = " L2 cache: 40 MB (NVIDIA A100 Tensor Core GPU Architecture whitepape
 _H100_L2 = " L2 cache: 50 MB (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022)."
 
 #: The table. Figures in TFLOP/s (dense) and GB/s as printed, converted to SI units.
-DEVICES: dict[str, DeviceSpec] = {s.name: s for s in [
-    _spec("T4", 8.1, 320, 16, "NVIDIA T4 Tensor Core GPU datasheet (2019)",
-          fp16=65, note="Turing: FP16 tensor cores only; no TF32, BF16 or FP8.",
-          aliases=("Tesla T4",)),
-    _spec("V100 SXM2", 15.7, 900, 32, "NVIDIA Tesla V100 GPU datasheet (2020), SXM2 column",
-          fp16=125, note="Volta: FP16 tensor cores only.", aliases=("V100-SXM2",)),
-    _spec("V100 PCIe", 14.0, 900, 32, "NVIDIA Tesla V100 GPU datasheet (2020), PCIe column",
-          fp16=112, note="Volta: FP16 tensor cores only.", aliases=("V100-PCIE",)),
-    _spec("A10G", 31.52, 600, 24,
-          "No public NVIDIA datasheet for this AWS-only part; AWS EC2 G5 figures as "
-          "compared in Baseten, 'NVIDIA A10 vs A10G for ML model inference' (2023)",
-          fp16=70, bf16=70, note="TF32 peak not published for the A10G."),
-    _spec("L4", 30.3, 300, 24, "NVIDIA L4 Tensor Core GPU datasheet (2023)",
-          tf32=60, fp16=121, bf16=121, fp8=242.5, note=_SPARSE_NOTE),
-    _spec("A100 40GB SXM", 19.5, 1555, 40,
-          "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 40GB SXM column",
-          tf32=156, fp16=312, bf16=312, note="Ampere: no FP8." + _A100_L2,
-          aliases=("A100 40GB", "A100-SXM4-40GB"), l2_mb=40),
-    _spec("A100 80GB SXM", 19.5, 2039, 80,
-          "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB SXM column",
-          tf32=156, fp16=312, bf16=312, note="Ampere: no FP8." + _A100_L2,
-          aliases=("A100-SXM4-80GB",), l2_mb=40),
-    _spec("A100 80GB PCIe", 19.5, 1935, 80,
-          "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB PCIe column",
-          tf32=156, fp16=312, bf16=312, note="Ampere: no FP8." + _A100_L2,
-          aliases=("A100-PCIE-80GB",), l2_mb=40),
-    _spec("H100 SXM", 67, 3350, 80, "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 SXM column",
-          tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE + _H100_L2,
-          aliases=("H100 80GB HBM3", "H100-SXM5-80GB"), l2_mb=50),
-    _spec("H100 PCIe", 51, 2000, 80, "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 PCIe column",
-          tf32=378, fp16=756.5, bf16=756.5, fp8=1513, note=_SPARSE_NOTE + _H100_L2, l2_mb=50),
-    _spec("H100 NVL", 60, 3900, 94,
-          "NVIDIA H100 Tensor Core GPU datasheet (2024), H100 NVL column (figures per GPU)",
-          tf32=417.5, fp16=835.5, bf16=835.5, fp8=1670.5, note=_SPARSE_NOTE),
-    _spec("H200", 67, 4800, 141, "NVIDIA H200 Tensor Core GPU datasheet (2024), H200 SXM column",
-          tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE,
-          aliases=("H200 SXM", "NVIDIA H200")),
-    _spec("GH200 96GB", 67, 4000, 96,
-          "NVIDIA GH200 Grace Hopper Superchip datasheet (2024), 96GB HBM3 column (the GPU part)",
-          tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE),
-    _spec("GH200 144GB", 67, 4900, 144,
-          "NVIDIA GH200 Grace Hopper Superchip datasheet (2024), 144GB HBM3e column (the GPU part)",
-          tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, note=_SPARSE_NOTE),
-    _spec("L40S", 91.6, 864, 48, "NVIDIA L40S GPU datasheet (2023)",
-          tf32=183, fp16=362.05, bf16=362.05, fp8=733,
-          note="The datasheet prints dense | sparse tensor figures; the dense ones are stored."),
-    _spec("B200", 80, 8000, 192,
-          "NVIDIA Blackwell datasheet (2024), HGX B200 column divided by its 8 GPUs",
-          tf32=1125, fp16=2250, bf16=2250, fp8=4500,
-          note=_SPARSE_NOTE + " FP4 (Blackwell) is not a dtype of this table."),
-]}
+DEVICES: dict[str, DeviceSpec] = {
+    s.name: s
+    for s in [
+        _spec(
+            "T4",
+            8.1,
+            320,
+            16,
+            "NVIDIA T4 Tensor Core GPU datasheet (2019)",
+            fp16=65,
+            note="Turing: FP16 tensor cores only; no TF32, BF16 or FP8.",
+            aliases=("Tesla T4",),
+        ),
+        _spec(
+            "V100 SXM2",
+            15.7,
+            900,
+            32,
+            "NVIDIA Tesla V100 GPU datasheet (2020), SXM2 column",
+            fp16=125,
+            note="Volta: FP16 tensor cores only.",
+            aliases=("V100-SXM2",),
+        ),
+        _spec(
+            "V100 PCIe",
+            14.0,
+            900,
+            32,
+            "NVIDIA Tesla V100 GPU datasheet (2020), PCIe column",
+            fp16=112,
+            note="Volta: FP16 tensor cores only.",
+            aliases=("V100-PCIE",),
+        ),
+        _spec(
+            "A10G",
+            31.52,
+            600,
+            24,
+            "No public NVIDIA datasheet for this AWS-only part; AWS EC2 G5 figures as "
+            "compared in Baseten, 'NVIDIA A10 vs A10G for ML model inference' (2023)",
+            fp16=70,
+            bf16=70,
+            note="TF32 peak not published for the A10G.",
+        ),
+        _spec(
+            "L4",
+            30.3,
+            300,
+            24,
+            "NVIDIA L4 Tensor Core GPU datasheet (2023)",
+            tf32=60,
+            fp16=121,
+            bf16=121,
+            fp8=242.5,
+            note=_SPARSE_NOTE,
+        ),
+        _spec(
+            "A100 40GB SXM",
+            19.5,
+            1555,
+            40,
+            "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 40GB SXM column",
+            tf32=156,
+            fp16=312,
+            bf16=312,
+            note="Ampere: no FP8." + _A100_L2,
+            aliases=("A100 40GB", "A100-SXM4-40GB"),
+            l2_mb=40,
+        ),
+        _spec(
+            "A100 80GB SXM",
+            19.5,
+            2039,
+            80,
+            "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB SXM column",
+            tf32=156,
+            fp16=312,
+            bf16=312,
+            note="Ampere: no FP8." + _A100_L2,
+            aliases=("A100-SXM4-80GB",),
+            l2_mb=40,
+        ),
+        _spec(
+            "A100 80GB PCIe",
+            19.5,
+            1935,
+            80,
+            "NVIDIA A100 Tensor Core GPU datasheet (2021), A100 80GB PCIe column",
+            tf32=156,
+            fp16=312,
+            bf16=312,
+            note="Ampere: no FP8." + _A100_L2,
+            aliases=("A100-PCIE-80GB",),
+            l2_mb=40,
+        ),
+        _spec(
+            "H100 SXM",
+            67,
+            3350,
+            80,
+            "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 SXM column",
+            tf32=494.5,
+            fp16=989.5,
+            bf16=989.5,
+            fp8=1979,
+            note=_SPARSE_NOTE + _H100_L2,
+            aliases=("H100 80GB HBM3", "H100-SXM5-80GB"),
+            l2_mb=50,
+        ),
+        _spec(
+            "H100 PCIe",
+            51,
+            2000,
+            80,
+            "NVIDIA H100 Tensor Core GPU datasheet (2023), H100 PCIe column",
+            tf32=378,
+            fp16=756.5,
+            bf16=756.5,
+            fp8=1513,
+            note=_SPARSE_NOTE + _H100_L2,
+            l2_mb=50,
+        ),
+        _spec(
+            "H100 NVL",
+            60,
+            3900,
+            94,
+            "NVIDIA H100 Tensor Core GPU datasheet (2024), H100 NVL column (figures per GPU)",
+            tf32=417.5,
+            fp16=835.5,
+            bf16=835.5,
+            fp8=1670.5,
+            note=_SPARSE_NOTE,
+        ),
+        _spec(
+            "H200",
+            67,
+            4800,
+            141,
+            "NVIDIA H200 Tensor Core GPU datasheet (2024), H200 SXM column",
+            tf32=494.5,
+            fp16=989.5,
+            bf16=989.5,
+            fp8=1979,
+            note=_SPARSE_NOTE,
+            aliases=("H200 SXM", "NVIDIA H200"),
+        ),
+        _spec(
+            "GH200 96GB",
+            67,
+            4000,
+            96,
+            "NVIDIA GH200 Grace Hopper Superchip datasheet (2024), 96GB HBM3 column (the GPU part)",
+            tf32=494.5,
+            fp16=989.5,
+            bf16=989.5,
+            fp8=1979,
+            note=_SPARSE_NOTE,
+        ),
+        _spec(
+            "GH200 144GB",
+            67,
+            4900,
+            144,
+            "NVIDIA GH200 Grace Hopper Superchip datasheet (2024), 144GB HBM3e column (the GPU part)",
+            tf32=494.5,
+            fp16=989.5,
+            bf16=989.5,
+            fp8=1979,
+            note=_SPARSE_NOTE,
+        ),
+        _spec(
+            "L40S",
+            91.6,
+            864,
+            48,
+            "NVIDIA L40S GPU datasheet (2023)",
+            tf32=183,
+            fp16=362.05,
+            bf16=362.05,
+            fp8=733,
+            note="The datasheet prints dense | sparse tensor figures; the dense ones are stored.",
+        ),
+        _spec(
+            "B200",
+            80,
+            8000,
+            192,
+            "NVIDIA Blackwell datasheet (2024), HGX B200 column divided by its 8 GPUs",
+            tf32=1125,
+            fp16=2250,
+            bf16=2250,
+            fp8=4500,
+            note=_SPARSE_NOTE + " FP4 (Blackwell) is not a dtype of this table.",
+        ),
+    ]
+}
 
 
 #: Host links, bytes/s in one direction. PCIe x16: 8, 16 and 32 GT/s per lane with 128b/130b
 #: encoding (PCI-SIG, PCI Express Base Specification 3.0, 4.0 and 5.0); real host-device copies
 #: reach less. NVLink-C2C: 900 GB/s both directions together (NVIDIA GH200 Grace Hopper
 #: Superchip datasheet, 2024), so 450 GB/s one way.
-HOST_LINKS = {"PCIe 3.0 x16": 16 * 8e9 * 128 / 130 / 8, "PCIe 4.0 x16": 16 * 16e9 * 128 / 130 / 8,
-              "PCIe 5.0 x16": 16 * 32e9 * 128 / 130 / 8, "NVLink-C2C (GH200)": 450e9}
+HOST_LINKS = {
+    "PCIe 3.0 x16": 16 * 8e9 * 128 / 130 / 8,
+    "PCIe 4.0 x16": 16 * 16e9 * 128 / 130 / 8,
+    "PCIe 5.0 x16": 16 * 32e9 * 128 / 130 / 8,
+    "NVLink-C2C (GH200)": 450e9,
+}
+
 
 def _normalise(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower().replace("nvidia", "").replace("tesla", ""))
 
 
-class DeviceNameError(KeyError):
-    """A device name the table does not hold, or one that names several parts."""
-
-    def __str__(self) -> str:  # KeyError would print the message in quotes
-        return str(self.args[0]) if self.args else ""
+class DeviceNameError(UnknownName):
+    """A device name the table does not hold, or one that names several parts (a KeyError
+    and a ValueError, as every :class:`~helpers._validate.UnknownName`)."""
 
 
 def list_devices() -> list[str]:
@@ -162,14 +325,17 @@ def get_device(name: str) -> DeviceSpec:
     for spec in DEVICES.values():
         if wanted in {_normalise(n) for n in (spec.name, *spec.aliases)}:
             return spec
-    similar = [spec.name for spec in DEVICES.values()
-               if any(_normalise(n).startswith(wanted) for n in (spec.name, *spec.aliases))]
+    similar = [
+        spec.name
+        for spec in DEVICES.values()
+        if any(_normalise(n).startswith(wanted) for n in (spec.name, *spec.aliases))
+    ]
     if len(similar) > 1:
-        raise DeviceNameError(f"The name {name!r} fits several devices: {', '.join(similar)}. "
-                              "Their peaks differ: pick one by its full name.")
-    hint = f" Did you mean {similar[0]!r}?" if similar else ""
-    raise DeviceNameError(f"No device named {name!r} in the table.{hint} "
-                          f"Known: {', '.join(DEVICES)}.")
+        raise DeviceNameError(
+            f"The name {name!r} fits several devices: {', '.join(similar)}. "
+            "Their peaks differ: pick one by its full name."
+        )
+    raise unknown("device", name, DEVICES, near=similar[0] if similar else None, error=DeviceNameError)
 
 
 def match_gpu_name(cuda_name: str, total_memory_bytes: float | None = None) -> DeviceSpec | None:
@@ -220,9 +386,17 @@ def dtype_key(dtype: str | torch.dtype) -> str:
                 return key
         if dtype == torch.float8_e5m2:
             return "fp8"
-        raise KeyError(f"No peak-table key for {dtype}; use one of {', '.join(DTYPES)}.")
-    aliases = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16",
-               "bfloat16": "bf16", "float8": "fp8", "e4m3": "fp8", "e5m2": "fp8"}
+        raise unknown("dtype", dtype, DTYPES)
+    aliases = {
+        "float32": "fp32",
+        "float": "fp32",
+        "float16": "fp16",
+        "half": "fp16",
+        "bfloat16": "bf16",
+        "float8": "fp8",
+        "e4m3": "fp8",
+        "e5m2": "fp8",
+    }
     key = aliases.get(dtype.lower(), dtype.lower())
     if key not in DTYPES:
         raise unknown("dtype", dtype, DTYPES)
@@ -259,13 +433,17 @@ class MeasuredDevice:
         lines = [f"Measured on {self.name} ({self.device}), fastest of the timed runs after warm-up:"]
         for key, flops in self.gemm_flops.items():
             run = self.gemm_runs[key]
-            lines.append(f"  GEMM {self.gemm_n}^3 {key:>4}: {flops / TERA:8.3f} TFLOP/s "
-                         f"(best of {len(run.samples)}: {run.min * 1e3:.2f} ms; median "
-                         f"{run.median * 1e3:.2f} ms, spread {run.spread:.0%})")
+            lines.append(
+                f"  GEMM {self.gemm_n}^3 {key:>4}: {flops / TERA:8.3f} TFLOP/s "
+                f"(best of {len(run.samples)}: {run.min * 1e3:.2f} ms; median "
+                f"{run.median * 1e3:.2f} ms, spread {run.spread:.0%})"
+            )
         if self.copy_run is not None:
-            lines.append(f"  copy {self.copy_bytes / 2**21:.0f} MiB buffer: "
-                         f"{self.copy_bandwidth / GIGA:8.1f} GB/s (read + write; best of "
-                         f"{len(self.copy_run.samples)}, spread {self.copy_run.spread:.0%})")
+            lines.append(
+                f"  copy {self.copy_bytes / 2**21:.0f} MiB buffer: "
+                f"{self.copy_bandwidth / GIGA:8.1f} GB/s (read + write; best of "
+                f"{len(self.copy_run.samples)}, spread {self.copy_run.spread:.0%})"
+            )
             if self.copy_note:
                 lines.append(f"    ({self.copy_note})")
         lines += [f"  WARNING: {w}" for w in self.warnings()]
@@ -276,9 +454,12 @@ class MeasuredDevice:
         runs = [(f"the {self.gemm_n}^3 {k} GEMM", r) for k, r in self.gemm_runs.items()]
         if self.copy_run is not None:
             runs.append(("the copy", self.copy_run))
-        return [f"{what} runs spread {run.spread:.0%} around their median: other work shared "
-                "this machine, so this roof may be too low; rerun on a quiet machine"
-                for what, run in runs if run.spread > NOISY]
+        return [
+            f"{what} runs spread {run.spread:.0%} around their median: other work shared "
+            "this machine, so this roof may be too low; rerun on a quiet machine"
+            for what, run in runs
+            if run.spread > NOISY
+        ]
 
 
 def _device_name(device: torch.device) -> str:
@@ -311,8 +492,11 @@ def last_level_cache(device: str | torch.device = "cpu", sysfs: str = _SYS_CACHE
     dev = resolve_device(device)
     if dev.type == "cuda":
         size = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0)
-        return (int(size), "the GPU's L2 cache (torch.cuda.get_device_properties)") if size else \
-            (None, "torch does not report this GPU's L2 cache size")
+        return (
+            (int(size), "the GPU's L2 cache (torch.cuda.get_device_properties)")
+            if size
+            else (None, "torch does not report this GPU's L2 cache size")
+        )
     import glob
     import os
 
@@ -373,8 +557,11 @@ def measure_device(
         copy_mib, copy_note = main_memory_copy_mib(dev, least_mib=least)
     else:
         size, source = last_level_cache(dev)
-        copy_note = (f"{copy_mib} MiB, {copy_mib * 2**20 / size:.1f}x {source}" if size
-                            else f"{copy_mib} MiB ({source})")
+        copy_note = (
+            f"{copy_mib} MiB, {copy_mib * 2**20 / size:.1f}x {source}"
+            if size
+            else f"{copy_mib} MiB ({source})"
+        )
     iters = 5 if quick else 20
     result = MeasuredDevice(str(dev), _device_name(dev), gemm_n, copy_note=copy_note)
     for key in dtypes:
@@ -386,7 +573,7 @@ def measure_device(
         tf32_before = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = key == "tf32"
         try:
-            run = measure(lambda a=a, b=b: a @ b, warmup=2, iters=iters, device=dev)
+            run = measure(functools.partial(torch.matmul, a, b), warmup=2, iters=iters, device=dev)
         finally:
             torch.backends.cuda.matmul.allow_tf32 = tf32_before
         result.gemm_runs[key] = run

@@ -2,13 +2,18 @@
 report, widget labels, plot titles and axis labels.
 
 English is the source text. A translation is looked up by the exact English text (the way
-gettext does it), so anything without a translation is shown in English. Two tables per
-language:
+gettext does it), so anything without a translation is shown in English. Every translation of
+a language is in one file shipped as package data, ``data/strings_<lang>.json``, written by
+``trainperf build`` from the course's catalogues (``i18n/<lang>/``, where translations are
+written; never edit the shipped file):
 
-- messages written in the helpers' own code (``helpers._i18n_zh.MESSAGES``), and
-- strings written in the notebooks' code cells — check labels and hints — translated in the
-  chapter catalogues ``i18n/<lang>/<chapter>.json`` of the course and shipped as package data
-  (``data/strings_<lang>.json``, written by ``trainperf build``).
+- ``strings``: strings written in the notebooks' code cells — check labels and hints — from
+  the chapter catalogues ``i18n/<lang>/<chapter>.json``;
+- ``messages``: messages written in the helpers' own code (the English passed to :func:`tr`),
+  and ``lines``: templates of the lines the helpers print, both from ``i18n/<lang>/helpers.json``.
+
+This module is the one lookup of the course: the helpers, the grader's feedback and the
+build's stub message all go through it.
 
 The language is chosen by ``helpers.setup(lang=...)`` — a notebook passes its ``LANGUAGE``
 parameter, which the Chinese edition sets to ``"zh"`` — else by the environment variable
@@ -38,8 +43,9 @@ _chosen: list[str] = []  # the language set by set_language(); empty: not set
 def _check(lang: str) -> str:
     code = str(lang).strip().lower()
     if code not in LANGUAGES:
-        raise ValueError(f"lang={lang!r}: the course is written in {' and '.join(map(repr, LANGUAGES))}; "
-                         "pick one of them.")
+        raise ValueError(
+            f"lang={lang!r}: the course is written in {' and '.join(map(repr, LANGUAGES))}; pick one of them."
+        )
     return code
 
 
@@ -65,25 +71,18 @@ def set_language(lang: str | None) -> str:
 
 @functools.cache
 def _table(lang: str) -> dict[str, str]:
-    """English -> ``lang`` for every text the helpers show: the code's messages first, then
-    the notebooks' strings (catalogues)."""
+    """English -> ``lang`` for every text the helpers show: the notebooks' strings, then the
+    helpers' messages, then the templates of their printed lines (a later one wins)."""
     if lang == "en":
         return {}
-    table: dict[str, str] = {}
     try:
-        data = resources.files("helpers") / "data" / f"strings_{lang}.json"
-        table.update(json.loads(data.read_text(encoding="utf-8")).get("strings", {}))
+        path = resources.files("helpers") / "data" / f"strings_{lang}.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        pass  # no catalogue shipped: the notebooks' strings stay in English
-    if lang == "zh":
-        from ._i18n_zh import MESSAGES
-
-        table.update(MESSAGES)
-    try:  # templates of the lines the helpers print (see data/lines_<lang>.json)
-        data = resources.files("helpers") / "data" / f"lines_{lang}.json"
-        table.update(json.loads(data.read_text(encoding="utf-8")).get("lines", {}))
-    except (OSError, ValueError):
-        pass
+        return {}  # no catalogue shipped: everything stays in English
+    table: dict[str, str] = {}
+    for part in ("strings", "messages", "lines"):
+        table.update(data.get(part, {}))
     return table
 
 
@@ -159,7 +158,7 @@ def _field_in(lang: str, field: str) -> str:
             if head in table:
                 found = table[head] + " " + " ".join(words[n:])
                 break
-    return field[:start] + found + field[start + len(core):]
+    return field[:start] + found + field[start + len(core) :]
 
 
 FIELD = re.compile(r"\{(\d+)\}")

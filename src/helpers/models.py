@@ -26,6 +26,7 @@ import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -53,13 +54,17 @@ class GPTConfig:
     def __post_init__(self) -> None:
         whole_fields(self, "vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "mlp_ratio")
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
-                             "pick n_heads that divides d_model.")
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                "pick n_heads that divides d_model."
+            )
         if self.attention not in ATTENTION:
-            raise ValueError(f"GPTConfig.attention must be one of {', '.join(ATTENTION)}, "
-                             f"got {self.attention!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
-                or not 0 <= self.dropout < 1:
+            raise unknown("GPTConfig.attention", self.attention, ATTENTION)
+        if (
+            isinstance(self.dropout, bool)
+            or not isinstance(self.dropout, (int, float))
+            or not 0 <= self.dropout < 1
+        ):
             raise ValueError(f"GPTConfig.dropout must be a probability in [0, 1), got {self.dropout!r}")
 
     @property
@@ -99,18 +104,20 @@ ATTENTION = ("sdpa", "math")
 #: context 2048): with fake tensors they measure memory at sizes no laptop holds.
 CONFIGS: dict[str, GPTConfig] = {
     "tiny": GPTConfig(vocab_size=256, seq_len=64, d_model=64, n_layers=2, n_heads=4, name="tiny"),
-    "small-cpu": GPTConfig(vocab_size=512, seq_len=128, d_model=128, n_layers=4, n_heads=4,
-                           name="small-cpu"),
-    "gpt2-small": GPTConfig(vocab_size=50304, seq_len=1024, d_model=768, n_layers=12, n_heads=12,
-                            name="gpt2-small"),
-    "gpt2-xl": GPTConfig(vocab_size=50304, seq_len=1024, d_model=1600, n_layers=48, n_heads=25,
-                         name="gpt2-xl"),
-    "gpt3-6.7b": GPTConfig(vocab_size=50304, seq_len=2048, d_model=4096, n_layers=32, n_heads=32,
-                           name="gpt3-6.7b"),
+    "small-cpu": GPTConfig(vocab_size=512, seq_len=128, d_model=128, n_layers=4, n_heads=4, name="small-cpu"),
+    "gpt2-small": GPTConfig(
+        vocab_size=50304, seq_len=1024, d_model=768, n_layers=12, n_heads=12, name="gpt2-small"
+    ),
+    "gpt2-xl": GPTConfig(
+        vocab_size=50304, seq_len=1024, d_model=1600, n_layers=48, n_heads=25, name="gpt2-xl"
+    ),
+    "gpt3-6.7b": GPTConfig(
+        vocab_size=50304, seq_len=2048, d_model=4096, n_layers=32, n_heads=32, name="gpt3-6.7b"
+    ),
 }
 
 
-def get_config(name: str | GPTConfig, **overrides: int) -> GPTConfig:
+def get_config(name: str | GPTConfig, **overrides: Any) -> GPTConfig:
     """A named config (``"tiny"``, ``"small-cpu"``, ``"gpt2-small"``), optionally changed."""
     if isinstance(name, GPTConfig):
         config = name
@@ -220,8 +227,9 @@ class TinyGPT(nn.Module):
         return F.cross_entropy(logits.reshape(b * s, -1), targets.reshape(b * s))
 
 
-def build_model(config: str | GPTConfig = "tiny", device: str | torch.device = "cpu",
-                seed: int = 0) -> TinyGPT:
+def build_model(
+    config: str | GPTConfig = "tiny", device: str | torch.device = "cpu", seed: int = 0
+) -> TinyGPT:
     """A freshly initialized course model on ``device`` (same seed -> same weights)."""
     config = get_config(config)
     with torch.random.fork_rng(devices=[]):
@@ -240,8 +248,13 @@ def flop_params(model: TinyGPT) -> int:
     return num_params(model) - model.pos_emb.weight.numel()
 
 
-def make_batch(config: str | GPTConfig, batch_size: int, seq_len: int | None = None,
-               device: str | torch.device = "cpu", seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(
+    config: str | GPTConfig,
+    batch_size: int,
+    seq_len: int | None = None,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random token ids and next-token targets, ``(batch_size, seq_len)`` each (synthetic data)."""
     config = get_config(config)
     seq_len = config.seq_len if seq_len is None else seq_len
@@ -255,9 +268,12 @@ def make_batch(config: str | GPTConfig, batch_size: int, seq_len: int | None = N
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
-def make_train_step(model: TinyGPT, batch: tuple[torch.Tensor, torch.Tensor],
-                    lr: float = 1e-3, autocast_dtype: torch.dtype | None = None
-                    ) -> Callable[[], torch.Tensor]:
+def make_train_step(
+    model: TinyGPT,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    lr: float = 1e-3,
+    autocast_dtype: torch.dtype | None = None,
+) -> Callable[[], torch.Tensor]:
     """A closure running one full training step (forward, backward, AdamW step) on ``batch``.
 
     It returns the loss as a device tensor and never calls ``.item()``: reading the value
@@ -268,8 +284,11 @@ def make_train_step(model: TinyGPT, batch: tuple[torch.Tensor, torch.Tensor],
     device_type = idx.device.type
 
     def step() -> torch.Tensor:
-        with (contextlib.nullcontext() if autocast_dtype is None
-              else torch.autocast(device_type, dtype=autocast_dtype)):
+        with (
+            contextlib.nullcontext()
+            if autocast_dtype is None
+            else torch.autocast(device_type, dtype=autocast_dtype)
+        ):
             loss = model(idx, targets)
         loss.backward()
         optimizer.step()
@@ -281,6 +300,8 @@ def make_train_step(model: TinyGPT, batch: tuple[torch.Tensor, torch.Tensor],
 
 def describe(config: GPTConfig) -> str:
     """One line: the config's shape and parameter counts."""
-    return (f"{config.name}: layers={config.n_layers}, d_model={config.d_model}, heads={config.n_heads}, "
-            f"context={config.seq_len}, vocab={config.vocab_size}; params {config.num_params():,} "
-            f"(N for 6·N·T: {config.flop_params():,})")
+    return (
+        f"{config.name}: layers={config.n_layers}, d_model={config.d_model}, heads={config.n_heads}, "
+        f"context={config.seq_len}, vocab={config.vocab_size}; params {config.num_params():,} "
+        f"(N for 6·N·T: {config.flop_params():,})"
+    )

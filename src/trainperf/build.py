@@ -4,8 +4,9 @@ The English edition is ``notebooks/<chapter>/``. Each language with catalogues i
 ``i18n/<lang>/`` gets ``notebooks/<lang>/<chapter>/``: the same solution notebook with its
 markdown translated (:mod:`trainperf.i18n`), put through the same real ``nbgrader
 generate_assignment``, so its graded cells are the English edition's. The build also writes
-the strings the helpers show in that language (``src/helpers/data/strings_<lang>.json``) and
-the translation status column of the READMEs' chapter tables.
+the strings the helpers show in that language (``src/helpers/data/strings_<lang>.json``: the
+chapters' strings and the helpers' catalogue ``i18n/<lang>/helpers.json``) and the translation
+status column of the READMEs' chapter tables.
 """
 
 from __future__ import annotations
@@ -24,12 +25,16 @@ README_LANGUAGE = "zh"  # the language whose progress the READMEs' chapter table
 
 
 def _files(folder: Path) -> set[str]:
-    return {str(p.relative_to(folder)) for p in folder.rglob("*")
-            if p.is_file() and ".ipynb_checkpoints" not in p.parts and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if p.is_file() and ".ipynb_checkpoints" not in p.parts and "__pycache__" not in p.parts
+    }
 
 
-def generate_all(root: Path, chapter_ids: list[str], scratch: Path,
-                 lang: str | None = None) -> dict[str, Path]:
+def generate_all(
+    root: Path, chapter_ids: list[str], scratch: Path, lang: str | None = None
+) -> dict[str, Path]:
     """Generate each chapter's student version in ``scratch``; chapter -> released folder.
     With ``lang``, from the solution translated by the chapter's catalogue."""
     make_scratch_course(root, scratch, chapter_ids)
@@ -39,7 +44,8 @@ def generate_all(root: Path, chapter_ids: list[str], scratch: Path,
             notebook = json.loads(source.read_text(encoding="utf-8"))
             translated = i18n.translate(notebook, i18n.catalogue_or_empty(root, lang, chapter))
             (scratch / "solutions" / chapter / source.name).write_text(
-                json.dumps(translated, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+                json.dumps(translated, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
     released = {chapter: generate(scratch, chapter) for chapter in chapter_ids}
     if lang is not None:
         for folder in released.values():
@@ -57,10 +63,12 @@ def differences(root: Path, chapter: str, released: Path) -> list[str]:
         return [f"notebooks/{chapter}/ (missing)"]
     want, have = _files(released), _files(committed)
     diffs = [f"notebooks/{chapter}/{name} (missing)" for name in sorted(want - have)]
-    diffs += [f"notebooks/{chapter}/{name} (not generated from solutions/)"
-              for name in sorted(have - want)]
-    diffs += [f"notebooks/{chapter}/{name} (differs)" for name in sorted(want & have)
-              if not filecmp.cmp(released / name, committed / name, shallow=False)]
+    diffs += [f"notebooks/{chapter}/{name} (not generated from solutions/)" for name in sorted(have - want)]
+    diffs += [
+        f"notebooks/{chapter}/{name} (differs)"
+        for name in sorted(want & have)
+        if not filecmp.cmp(released / name, committed / name, shallow=False)
+    ]
     return diffs
 
 
@@ -94,8 +102,10 @@ def catalogue_state(root: Path, lang: str, check: bool) -> tuple[list[str], dict
             if check:
                 found.append(f"{rel} (missing: `trainperf build` writes an empty one to fill)")
             else:
-                path.write_text(json.dumps(i18n.skeleton(notebook, lang, chapter), indent=1,
-                                           ensure_ascii=False) + "\n", encoding="utf-8")
+                path.write_text(
+                    json.dumps(i18n.skeleton(notebook, lang, chapter), indent=1, ensure_ascii=False) + "\n",
+                    encoding="utf-8",
+                )
                 print(f"{rel}: written (empty, in progress)")
         try:
             catalogue = i18n.catalogue_or_empty(root, lang, chapter)
@@ -108,13 +118,22 @@ def catalogue_state(root: Path, lang: str, check: bool) -> tuple[list[str], dict
         progress[chapter] = (*i18n.translated_cells(notebook, catalogue), catalogue.get("status", ""))
     merged, clashes = i18n.merged_strings(catalogues)
     found += [f"i18n/{lang}: {clash}" for clash in clashes]
+    rel = i18n.helpers_catalogue_path(root, lang).relative_to(root).as_posix()
+    try:  # what the helpers' own code shows, shipped in the same file
+        helpers = i18n.load_helpers_catalogue(root, lang)
+    except (ValueError, OSError) as exc:
+        found.append(f"{rel}: {exc}")
+        helpers = None
+    if helpers is not None:
+        shown = {"strings": {**helpers["messages"], **helpers["lines"]}}
+        found += [f"{rel}: {problem}" for problem in i18n.glossary_problems(terms, lang, shown)]
     target = i18n.strings_path(root, lang)
-    text = i18n.strings_file(lang, merged)
+    text = i18n.strings_file(lang, merged, helpers)
     current = target.read_text(encoding="utf-8") if target.is_file() else None
     if current != text:
         if check:
             found.append(f"{target.relative_to(root).as_posix()} (not what i18n/{lang}/ holds)")
-        else:
+        elif helpers is not None:  # a broken helpers.json (named above) leaves the shipped file
             target.write_text(text, encoding="utf-8")
             print(f"{target.relative_to(root).as_posix()}: rewritten")
     return found, progress
@@ -138,11 +157,13 @@ def build(root: Path, wanted: list[str] | None = None, check: bool = False) -> l
         # one scratch course per language, generated side by side (nbgrader's gradebook is
         # one SQLite file per course, so the chapters of one course go one after another)
         editions = [None, *languages]
-        jobs = [pool.submit(generate_all, root, chapter_ids, Path(tmp) / (lang or "en"), lang)
-                for lang in editions]
-        for lang, job in zip(editions, jobs, strict=True):
+        jobs = [
+            pool.submit(generate_all, root, chapter_ids, Path(tmp) / (edition or "en"), edition)
+            for edition in editions
+        ]
+        for edition, job in zip(editions, jobs, strict=True):
             for chapter, released in job.result().items():
-                folder = f"{lang}/{chapter}" if lang else chapter
+                folder = f"{edition}/{chapter}" if edition else chapter
                 diffs = differences(root, folder, released)
                 found += diffs
                 if not check:
@@ -162,11 +183,16 @@ def build(root: Path, wanted: list[str] | None = None, check: bool = False) -> l
 def _stray(root: Path, languages: list[str]) -> list[str]:
     """Folders of notebooks/ that solutions/ and i18n/ do not account for."""
     known = set(chapters(root))
-    found = [f"notebooks/{p.name}/ (no such chapter in solutions/)"
-             for p in sorted((root / "notebooks").glob("*"))
-             if p.is_dir() and p.name not in known and p.name not in languages]
+    found = [
+        f"notebooks/{p.name}/ (no such chapter in solutions/)"
+        for p in sorted((root / "notebooks").glob("*"))
+        if p.is_dir() and p.name not in known and p.name not in languages
+    ]
     for lang in languages:
         folder = root / "notebooks" / lang
-        found += [f"notebooks/{lang}/{p.name}/ (no such chapter in solutions/)"
-                  for p in sorted(folder.glob("*")) if p.is_dir() and p.name not in known]
+        found += [
+            f"notebooks/{lang}/{p.name}/ (no such chapter in solutions/)"
+            for p in sorted(folder.glob("*"))
+            if p.is_dir() and p.name not in known
+        ]
     return found

@@ -34,11 +34,10 @@ def chapters(root: Path, wanted: list[str] | None = None) -> list[str]:
 
     ``wanted`` items may be full names or number prefixes (``1``, ``01``, ``01_roofline``).
     """
-    available = sorted(p.name for p in (root / "solutions").iterdir()
-                       if p.is_dir() and p.name[:2].isdigit())
+    available = sorted(p.name for p in (root / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())
     if not wanted:
         return available
-    picked = []
+    picked: list[str] = []
     for item in wanted:
         matches = [c for c in available if c == item or c.split("_")[0] == item.zfill(2)]
         if not matches:
@@ -62,15 +61,15 @@ def chapter_notebook(root: Path, chapter: str) -> Path:
     """The one notebook of a chapter in ``solutions/``."""
     notebooks = sorted((root / "solutions" / chapter).glob("*.ipynb"))
     if len(notebooks) != 1:
-        raise CourseError(f"solutions/{chapter} must hold exactly one notebook, found "
-                          f"{len(notebooks)}.")
+        raise CourseError(f"solutions/{chapter} must hold exactly one notebook, found {len(notebooks)}.")
     return notebooks[0]
 
 
 def cache_dir() -> Path:
     """The course tooling's cache: ``$TRAINPERF_CACHE``, else ``$XDG_CACHE_HOME/trainperf``."""
     base = os.environ.get("TRAINPERF_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trainperf")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trainperf"
+    )
     return Path(base)
 
 
@@ -90,21 +89,31 @@ def make_scratch_course(root: Path, scratch: Path, chapter_ids: list[str]) -> Pa
         target = scratch / "solutions" / chapter
         if target.exists():
             shutil.rmtree(target)
-        shutil.copytree(root / "solutions" / chapter, target,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        shutil.copytree(
+            root / "solutions" / chapter,
+            target,
+            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
+        )
     return scratch
 
 
-def nbgrader(args: list[str], course_root: Path, timeout: float | None = None,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def nbgrader(
+    args: list[str], course_root: Path, timeout: float | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run the real ``nbgrader`` command line in ``course_root`` (where its config lives)."""
     full_env = {**os.environ, **(env or {})}
     # nbgrader shells out to `alembic`; make the interpreter's own bin/ win on PATH
     bin_dir = str(Path(sys.executable).parent)
     full_env["PATH"] = bin_dir + os.pathsep + full_env.get("PATH", "")
     full_env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-    return subprocess.run([sys.executable, "-m", "trainperf._nbgrader_main", *args], cwd=course_root,
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
+    return subprocess.run(
+        [sys.executable, "-m", "trainperf._nbgrader_main", *args],
+        cwd=course_root,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:

@@ -12,8 +12,16 @@ Format::
      "strings": {"<English string shown by code>": "<translation>"}}
 
 ``strings`` holds learner-facing strings that live in code cells (check hints, labels), looked
-up by their exact English text at run time: ``trainperf build`` merges every chapter's strings
-into ``src/helpers/data/strings_<lang>.json``, which ships with the helpers.
+up by their exact English text at run time.
+
+``i18n/<lang>/helpers.json`` translates what the helpers' own code shows (and the build's
+stub message): ``messages``, ``{"<group>": {"<English template of tr()>": "<translation>"}}``
+(the groups only sort them for the reader), and ``lines``, the lines the helpers print as
+templates with each varying part written ``{0}``, ``{1}``, ... ``i18n/<lang>/glossary.json``
+fixes the terms. These files are the only place a translation is written: ``trainperf build``
+merges every chapter's strings and the helpers' catalogue into
+``src/helpers/data/strings_<lang>.json``, the one file :mod:`helpers.i18n` reads at run time
+(it ships with the helpers).
 
 A translated notebook differs from the English one in its markdown, in
 ``metadata.trainperf.language`` and in one line of its parameters cell, ``LANGUAGE = "<lang>"``,
@@ -29,6 +37,8 @@ import json
 import re
 from pathlib import Path
 from typing import Any
+
+from helpers.i18n import tr_in
 
 from . import syntax
 
@@ -65,10 +75,15 @@ def load(path: Path) -> dict[str, Any]:
 
 def skeleton(notebook: dict[str, Any], lang: str, chapter: str) -> dict[str, Any]:
     """An empty catalogue for a chapter: every markdown cell with its hash and no text yet."""
-    return {"language": lang, "chapter": chapter, "status": "in progress",
-            "cells": {cid: {"en_hash": text_hash(text), "text": ""}
-                      for cid, text in markdown_cells(notebook).items()},
-            "strings": {}}
+    return {
+        "language": lang,
+        "chapter": chapter,
+        "status": "in progress",
+        "cells": {
+            cid: {"en_hash": text_hash(text), "text": ""} for cid, text in markdown_cells(notebook).items()
+        },
+        "strings": {},
+    }
 
 
 def problems(notebook: dict[str, Any], catalogue: dict[str, Any]) -> list[str]:
@@ -85,8 +100,11 @@ def problems(notebook: dict[str, Any], catalogue: dict[str, Any]) -> list[str]:
                 found.append(f"cell {cid}: no translation")
         elif entry.get("en_hash") != text_hash(text):
             found.append(f"cell {cid}: the English text changed since it was translated")
-    found += [f"cell {cid}: translated, but the English notebook has no such markdown cell"
-              for cid in cells if cid not in english]
+    found += [
+        f"cell {cid}: translated, but the English notebook has no such markdown cell"
+        for cid in cells
+        if cid not in english
+    ]
     return found
 
 
@@ -128,6 +146,7 @@ def translate(notebook: dict[str, Any], catalogue: dict[str, Any]) -> dict[str, 
 
 # --------------------------------------------------------------------------- whole course
 
+
 def languages(root: Path) -> list[str]:
     """Languages with catalogues: the folders of ``i18n/``."""
     folder = root / "i18n"
@@ -149,8 +168,11 @@ def catalogue_problems(notebook: dict[str, Any], catalogue: dict[str, Any]) -> l
     if catalogue.get("status") not in STATUSES:
         found.append(f"status {catalogue.get('status')!r} is neither {' nor '.join(map(repr, STATUSES))}")
     constants = code_strings(notebook)
-    found += [f"string {english[:60]!r}: no code cell of the chapter holds this text any more"
-              for english in catalogue.get("strings", {}) if english not in constants]
+    found += [
+        f"string {english[:60]!r}: no code cell of the chapter holds this text any more"
+        for english in catalogue.get("strings", {})
+        if english not in constants
+    ]
     return found
 
 
@@ -188,8 +210,11 @@ def translated_cells(notebook: dict[str, Any], catalogue: dict[str, Any]) -> tup
     """(markdown cells with an up-to-date translation, markdown cells)."""
     english = markdown_cells(notebook)
     cells = catalogue.get("cells", {})
-    done = sum(1 for cid, text in english.items() if (cells.get(cid) or {}).get("text", "").strip()
-               and cells[cid].get("en_hash") == text_hash(text))
+    done = sum(
+        1
+        for cid, text in english.items()
+        if (cells.get(cid) or {}).get("text", "").strip() and cells[cid].get("en_hash") == text_hash(text)
+    )
     return done, len(english)
 
 
@@ -209,22 +234,59 @@ def merged_strings(catalogues: dict[str, dict[str, Any]]) -> tuple[dict[str, str
             if not isinstance(translated, str) or not translated.strip():
                 continue
             if english in merged and merged[english] != translated:
-                clashes.append(f"string {english[:60]!r} is translated differently in {where[english]} "
-                               f"and {chapter}")
+                clashes.append(
+                    f"string {english[:60]!r} is translated differently in {where[english]} and {chapter}"
+                )
                 continue
             merged.setdefault(english, translated)
             where.setdefault(english, chapter)
     return merged, clashes
 
 
-def strings_file(lang: str, merged: dict[str, str]) -> str:
-    """The text of ``strings_<lang>.json``."""
-    data = {"language": lang, "generated_by": "trainperf build, from i18n/" + lang + "/*.json",
-            "strings": dict(sorted(merged.items()))}
+def strings_file(lang: str, merged: dict[str, str], helpers: dict[str, dict[str, str]] | None = None) -> str:
+    """The text of ``strings_<lang>.json``: the chapters' ``strings`` (sorted) and the helpers'
+    ``messages`` and ``lines`` (:func:`load_helpers_catalogue`, in the catalogue's order)."""
+    data: dict[str, Any] = {
+        "language": lang,
+        "generated_by": f"trainperf build, from i18n/{lang}/*.json",
+        "strings": dict(sorted(merged.items())),
+    }
+    data.update(helpers or {"messages": {}, "lines": {}})
     return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
 
 
+def helpers_catalogue_path(root: Path, lang: str) -> Path:
+    return root / "i18n" / lang / "helpers.json"
+
+
+def load_helpers_catalogue(root: Path, lang: str) -> dict[str, dict[str, str]]:
+    """``{"messages": {English: translation}, "lines": {template: translation}}`` from
+    ``i18n/<lang>/helpers.json``, its groups of messages flattened in order (both empty when
+    the language has no such file). An English text in two groups is an error."""
+    path = helpers_catalogue_path(root, lang)
+    if not path.is_file():
+        return {"messages": {}, "lines": {}}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    groups, lines = data.get("messages", {}), data.get("lines", {})
+    if not (
+        isinstance(groups, dict)
+        and all(isinstance(g, dict) for g in groups.values())
+        and isinstance(lines, dict)
+    ):
+        raise ValueError(
+            f"{path}: 'messages' must be an object of groups, each an object, and 'lines' an object"
+        )
+    messages: dict[str, str] = {}
+    for group in groups.values():
+        for english, translated in group.items():
+            if english in messages:
+                raise ValueError(f"{path}: message {english[:60]!r} is in two groups")
+            messages[english] = translated
+    return {"messages": messages, "lines": dict(lines)}
+
+
 # --------------------------------------------------------------------------- glossary
+
 
 def glossary_path(root: Path, lang: str) -> Path:
     return root / "i18n" / lang / "glossary.json"
@@ -242,8 +304,9 @@ def load_glossary(root: Path, lang: str) -> list[dict[str, Any]]:
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise ValueError(f"{path}: term {term.get('en')!r}: reject pattern {pattern!r} does not "
-                                 f"compile ({exc})") from None
+                raise ValueError(
+                    f"{path}: term {term.get('en')!r}: reject pattern {pattern!r} does not compile ({exc})"
+                ) from None
     return terms
 
 
@@ -259,85 +322,29 @@ def glossary_hits(terms: list[dict[str, Any]], lang: str, text: str) -> list[str
 
 def glossary_problems(terms: list[dict[str, Any]], lang: str, catalogue: dict[str, Any]) -> list[str]:
     """Every cell and string of a catalogue that uses a variant the glossary rejects."""
-    found = [f"cell {cid}: {hit}" for cid, entry in catalogue.get("cells", {}).items()
-             for hit in glossary_hits(terms, lang, (entry or {}).get("text", ""))]
+    found = [
+        f"cell {cid}: {hit}"
+        for cid, entry in catalogue.get("cells", {}).items()
+        for hit in glossary_hits(terms, lang, (entry or {}).get("text", ""))
+    ]
     strings = catalogue.get("strings", {})
-    found += [f"string {english[:40]!r}: {hit}" for english, translated in strings.items()
-              if isinstance(translated, str) for hit in glossary_hits(terms, lang, translated)]
+    found += [
+        f"string {english[:40]!r}: {hit}"
+        for english, translated in strings.items()
+        if isinstance(translated, str)
+        for hit in glossary_hits(terms, lang, translated)
+    ]
     return found
 
 
-# --------------------------------------------------------------------------- run-time language
+# --------------------------------------------------------------------------- the stub
 
-_WORD = re.compile(r"[A-Za-z][a-z]+(?:'[a-z]+)?")
-# code spans, identifiers, paths, numbers with units, options: not prose
-_NOT_PROSE = re.compile(r"`[^`]*`|'[^'\s]+'|\S*[_./\\()\[\]=<>#@:%\d|{}]\S*")  # 'name': a str's repr
-
-
-def english_prose(line: str, kept: set[str] | frozenset[str] = frozenset(), words: int = 3) -> str | None:
-    """The first run of ``words`` or more plain English words in a line a learner sees, or
-    None. Code spans, identifiers, paths, numbers, units and the glossary's kept terms
-    (``kept``, lower case) do not count: "MFU 12.7%, HFU 12.8%" is not prose, "the measured
-    peak's runs spread" is."""
-    run: list[str] = []
-    for token in _NOT_PROSE.sub(" ", line.replace("(s)", "s")).split():  # "graph(s)" is a word
-        word = token.strip(",;:!?\"'()–—-")
-        if _WORD.fullmatch(word) and word.lower() not in kept:
-            run.append(word)
-            if len(run) >= words:
-                return " ".join(run)
-        else:
-            run = []
-    return None
-
-
-def kept_terms(root: Path, lang: str) -> frozenset[str]:
-    """The glossary's terms that stay in English, lower case (empty without a glossary)."""
-    path = glossary_path(root, lang)
-    if not path.is_file():
-        return frozenset()
-    return frozenset(t.lower() for t in json.loads(path.read_text(encoding="utf-8")).get("kept", []))
-
-
-def shown_lines(outputs: list[dict[str, Any]]) -> list[str]:
-    """The lines a learner reads in a cell's outputs: streams, text / Markdown results and
-    errors (images and widget state are not text). Code a Markdown result shows in ```
-    fences (Python source, a command) is code, not prose, and is left out."""
-    lines = []
-    for out in outputs:
-        markdown = False
-        if out.get("output_type") == "error":
-            texts = [f"{out.get('ename', '')}: {out.get('evalue', '')}"]
-        elif "text" in out:
-            texts = [out["text"]]
-        else:
-            data = out.get("data", {})
-            markdown = bool(data.get("text/markdown"))
-            texts = [data.get("text/markdown") or data.get("text/plain") or ""]
-        for text in texts:
-            text_lines = ("".join(text) if isinstance(text, list) else str(text)).splitlines()
-            lines += _outside_code_blocks(text_lines) if markdown else text_lines
-    return lines
-
-
-def _outside_code_blocks(lines: list[str]) -> list[str]:
-    """The lines of a Markdown result outside its ``` fences: code a notebook shows as code
-    (Python source, a command) is not prose to translate."""
-    out, in_code = [], False
-    for line in lines:
-        if line.lstrip().startswith("```"):
-            in_code = not in_code
-        elif not in_code:
-            out.append(line)
-    return out
-
-
-#: What an exercise's stub raises in a student notebook (grader/nbgrader_config.py), per language.
+#: What an exercise's stub raises in a student notebook (grader/nbgrader_config.py), in English.
 STUB = "Exercise not done yet: replace this line"
-STUB_MESSAGES = {"zh": "练习还没做：把这一行换成你的代码"}
 
 
 def translate_stub(notebook_text: str, lang: str) -> str:
-    """A generated student notebook (its JSON text) with the stub's message in ``lang``."""
-    translated = STUB_MESSAGES.get(lang)
-    return notebook_text.replace(STUB, translated) if translated else notebook_text
+    """A generated student notebook (its JSON text) with the stub's message in ``lang`` (the
+    helpers' catalogue translates it like any message of theirs)."""
+    translated = tr_in(lang, "Exercise not done yet: replace this line")  # STUB, as a literal for the test
+    return notebook_text.replace(STUB, translated) if translated != STUB else notebook_text

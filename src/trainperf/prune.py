@@ -84,12 +84,16 @@ def binds(tree: ast.Module) -> set[str]:
                 out.add(root)  # model.eval(), torch.manual_seed(0): a change to that object
         elif isinstance(stmt, (ast.Global, ast.Nonlocal)):
             out.update(stmt.names)
-        for node in ast.walk(stmt) if not isinstance(
-                stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else ():
+        for node in (
+            ast.walk(stmt)
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            else ()
+        ):
             if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
                 out.add(node.id)
             elif isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(
-                    node.ctx, (ast.Store, ast.Del)):
+                node.ctx, (ast.Store, ast.Del)
+            ):
                 root = _root_name(node)
                 if root:
                     out.add(root)
@@ -136,7 +140,7 @@ class _Reads(ast.NodeVisitor):
         self.visit(node.value)
         self.visit(node.target)
 
-    def visit_For(self, node: ast.For) -> None:
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         self.visit(node.iter)
         self.visit(node.target)
         for stmt in node.body + node.orelse:
@@ -144,7 +148,7 @@ class _Reads(ast.NodeVisitor):
 
     visit_AsyncFor = visit_For
 
-    def visit_With(self, node: ast.With) -> None:
+    def visit_With(self, node: ast.With | ast.AsyncWith) -> None:
         for item in node.items:
             self.visit(item.context_expr)
             if item.optional_vars is not None:
@@ -168,10 +172,12 @@ class _Reads(ast.NodeVisitor):
 
     visit_ImportFrom = visit_Import
 
-    def _body(self, node: ast.AST, params: set[str]) -> None:
+    def _body(
+        self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef, params: set[str]
+    ) -> None:
         inner = _Reads()
         inner.bound = set(params)
-        for stmt in getattr(node, "body", []) if isinstance(node.body, list) else [node.body]:
+        for stmt in node.body if isinstance(node.body, list) else [node.body]:
             inner.visit(stmt)
         self.late |= inner.free | inner.late
 
@@ -199,7 +205,9 @@ class _Reads(ast.NodeVisitor):
         self.bound.add(node.name)
         self._body(node, set())
 
-    def _comprehension(self, node: ast.AST, parts: list[ast.AST]) -> None:
+    def _comprehension(
+        self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, parts: list[ast.expr]
+    ) -> None:
         inner = _Reads()
         inner.bound = set(self.bound)
         for i, gen in enumerate(node.generators):

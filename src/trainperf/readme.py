@@ -12,23 +12,32 @@ from pathlib import Path
 
 # README file -> (notebook folder prefix in its chapter table, words for each state)
 READMES = {
-    "README.md": ("notebooks/", {"complete": "complete", "not started": "not started",
-                                 "in progress": "in progress: {done} of {total} cells"}),
-    "README.zh.md": ("notebooks/zh/", {"complete": "已完成", "in progress": "翻译中：{done}/{total} 个单元",
-                                       "not started": "未开始"}),
+    "README.md": (
+        "notebooks/",
+        {
+            "complete": "complete",
+            "not started": "not started",
+            "in progress": "in progress: {done} of {total} cells",
+        },
+    ),
+    "README.zh.md": (
+        "notebooks/zh/",
+        {"complete": "已完成", "in progress": "翻译中：{done}/{total} 个单元", "not started": "未开始"},
+    ),
 }
 
 
 def state(done: int, total: int, status: str) -> str:
-    """"complete", "in progress" or "not started" for a catalogue with ``done`` of ``total``
+    """ "complete", "in progress" or "not started" for a catalogue with ``done`` of ``total``
     markdown cells translated and the given status."""
     if status == "complete" and done == total:
         return "complete"
     return "in progress" if done else "not started"
 
 
-def with_status(text: str, prefix: str, words: dict[str, str],
-                progress: dict[str, tuple[int, int, str]]) -> str:
+def with_status(
+    text: str, prefix: str, words: dict[str, str], progress: dict[str, tuple[int, int, str]]
+) -> str:
     """``text`` with the last cell of every chapter-table row set from ``progress``
     (chapter -> (done, total, status))."""
     lines = text.split("\n")

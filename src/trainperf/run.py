@@ -37,15 +37,17 @@ def _failure_detail(exc: BaseException, executed: Path) -> str:
         try:
             import nbformat
 
-            code = [c for c in nbformat.read(executed, as_version=4).cells
-                    if c.cell_type == "code"
-                    and "injected-parameters" not in c.metadata.get("tags", [])]
+            code = [
+                c
+                for c in nbformat.read(executed, as_version=4).cells
+                if c.cell_type == "code" and "injected-parameters" not in c.metadata.get("tags", [])
+            ]
             for number, cell in enumerate(code, 1):
                 if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
                     first = next((ln for ln in cell.source.splitlines() if ln.strip()), "")
                     where = f"code cell {number} ({first[:60]!r})"
                     break
-        except Exception:  # the report must not fail because the notebook is unreadable
+        except Exception:  # noqa: BLE001 — the report must not fail because the notebook is unreadable
             pass
     message = str(evalue).strip().splitlines()[0][:200] if evalue else ""
     return f"{where}: {ename}: {message}"
@@ -72,16 +74,27 @@ def _quiet_shutdown_manager() -> type:
     return QuietShutdownKernelManager
 
 
-def execute(source: Path, target: Path, parameters: dict, cell_timeout: int,
-            kernel_manager_class: type | None = None, cwd: Path | None = None) -> None:
+def execute(
+    source: Path,
+    target: Path,
+    parameters: dict,
+    cell_timeout: int,
+    kernel_manager_class: type | None = None,
+    cwd: Path | None = None,
+) -> None:
     """Execute one notebook with papermill, the way ``trainperf run`` does (raises on a failing
     cell). ``kernel_manager_class`` is for tests; by default the kernel is not interrupted at
     its shutdown (see ``_quiet_shutdown_manager``)."""
     import papermill
 
     papermill.execute_notebook(
-        str(source), str(target), parameters=parameters, cwd=str(cwd or source.parent),
-        kernel_name="python3", progress_bar=False, execution_timeout=cell_timeout,
+        str(source),
+        str(target),
+        parameters=parameters,
+        cwd=str(cwd or source.parent),
+        kernel_name="python3",
+        progress_bar=False,
+        execution_timeout=cell_timeout,
         log_output=False,
         # the kernel's own start-up warnings (e.g. "running over TCP without encryption" on
         # a private loopback connection) mean nothing to a learner; errors still show
@@ -100,8 +113,9 @@ def _language_edition(root: Path, chapter: str, lang: str, target: Path) -> Path
 
     from . import i18n
 
-    notebook = i18n.translate(json.loads(source.read_text(encoding="utf-8")),
-                              i18n.catalogue_or_empty(root, lang, chapter))
+    notebook = i18n.translate(
+        json.loads(source.read_text(encoding="utf-8")), i18n.catalogue_or_empty(root, lang, chapter)
+    )
     edition = target.with_name(f"{chapter}.source.ipynb")
     edition.write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
     return edition
@@ -116,14 +130,19 @@ def _record_provenance(target: Path, device: str, quick: bool, lang: str) -> Non
 
     notebook = json.loads(target.read_text(encoding="utf-8"))
     notebook.setdefault("metadata", {}).setdefault("trainperf", {})["run"] = {
-        "device": device, "quick": quick, "language": lang,
-        "torch": metadata.version("torch"), "python": platform.python_version(),
-        "date": datetime.date.today().isoformat()}
+        "device": device,
+        "quick": quick,
+        "language": lang,
+        "torch": metadata.version("torch"),
+        "python": platform.python_version(),
+        "date": datetime.date.today().isoformat(),
+    }
     target.write_text(json.dumps(notebook, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
-def run_one(root: str, chapter: str, out_dir: str, device: str, quick: bool,
-            cell_timeout: int, lang: str = "en") -> RunResult:
+def run_one(
+    root: str, chapter: str, out_dir: str, device: str, quick: bool, cell_timeout: int, lang: str = "en"
+) -> RunResult:
     """Execute one chapter's solution notebook, in ``lang`` (in a worker process)."""
     target = executed_path(Path(out_dir), chapter, lang)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -131,11 +150,10 @@ def run_one(root: str, chapter: str, out_dir: str, device: str, quick: bool,
     try:
         source = _language_edition(Path(root), chapter, lang, target)
         parameters = {"DEVICE": device, "QUICK": quick, **({"LANGUAGE": lang} if lang != "en" else {})}
-        execute(source, target, parameters, cell_timeout,
-                cwd=chapter_notebook(Path(root), chapter).parent)
+        execute(source, target, parameters, cell_timeout, cwd=chapter_notebook(Path(root), chapter).parent)
         _record_provenance(target, device, quick, lang)
         status, detail = "ok", ""
-    except Exception as exc:  # papermill raises PapermillExecutionError for a failing cell
+    except Exception as exc:  # noqa: BLE001 — papermill's error for a failing cell, or any other: reported
         status, detail = "FAILED", _failure_detail(exc, target)
     finally:
         if lang != "en":
@@ -143,9 +161,16 @@ def run_one(root: str, chapter: str, out_dir: str, device: str, quick: bool,
     return RunResult(chapter, device, time.perf_counter() - start, status, str(target), detail, lang)
 
 
-def run(root: Path, wanted: list[str] | None, out_dir: Path, device: str = "auto",
-        quick: bool = True, jobs: int = 1, cell_timeout: int = 600,
-        langs: tuple[str, ...] = ("en",)) -> list[RunResult]:
+def run(
+    root: Path,
+    wanted: list[str] | None,
+    out_dir: Path,
+    device: str = "auto",
+    quick: bool = True,
+    jobs: int = 1,
+    cell_timeout: int = 600,
+    langs: tuple[str, ...] = ("en",),
+) -> list[RunResult]:
     """Run chapters in each language; print progress as each starts and ends, then a table."""
     chapter_ids = chapters(root, wanted)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -154,8 +179,7 @@ def run(root: Path, wanted: list[str] | None, out_dir: Path, device: str = "auto
     waiting = [(chapter, lang) for lang in langs for chapter in chapter_ids]
     total = len(waiting)
     mode = "quick" if quick else "full"
-    print(f"running {total} notebook(s), device={device}, {mode}, jobs={jobs} -> {out_dir}",
-          flush=True)
+    print(f"running {total} notebook(s), device={device}, {mode}, jobs={jobs} -> {out_dir}", flush=True)
 
     def name(chapter: str, lang: str) -> str:
         return chapter if lang == "en" else f"{lang}/{chapter}"
@@ -166,8 +190,9 @@ def run(root: Path, wanted: list[str] | None, out_dir: Path, device: str = "auto
         def start_next() -> None:  # one chapter per free worker, so "started" is when it starts
             chapter, lang = waiting.pop(0)
             print(f"  started  {name(chapter, lang)}", flush=True)
-            running.add(pool.submit(run_one, str(root), chapter, str(out_dir), device, quick,
-                                    cell_timeout, lang))
+            running.add(
+                pool.submit(run_one, str(root), chapter, str(out_dir), device, quick, cell_timeout, lang)
+            )
 
         while waiting and len(running) < max(1, jobs):
             start_next()
@@ -176,8 +201,11 @@ def run(root: Path, wanted: list[str] | None, out_dir: Path, device: str = "auto
             for future in done:
                 result = future.result()
                 results.append(result)
-                print(f"  [{len(results)}/{total}] {name(result.chapter, result.lang)}: "
-                      f"{result.status} in {result.seconds:.1f} s {result.detail}", flush=True)
+                print(
+                    f"  [{len(results)}/{total}] {name(result.chapter, result.lang)}: "
+                    f"{result.status} in {result.seconds:.1f} s {result.detail}",
+                    flush=True,
+                )
                 if waiting:
                     start_next()
     results.sort(key=lambda r: (r.lang != "en", r.lang, r.chapter))

@@ -31,44 +31,46 @@ PLACEHOLDER_URL = "https://github.com/trainperf/trainperf-course"  # pyproject's
 BRANCH = "main"
 STATIC = Path(__file__).with_name("site_static")
 
-TEXT = {
+TEXT: dict[str, dict[str, Any]] = {  # words, and the other language: (code, name)
     "en": {
         "title": "Training Performance Analysis",
         "intro": "Where does a deep-learning training step spend its time and memory? Nine "
-                 "chapters, each a notebook with exercises that are checked as you go. Read them "
-                 "here with the outputs of a real run; open a chapter in Colab, Binder or your "
-                 "own JupyterLab to run it and work the exercises.",
+        "chapters, each a notebook with exercises that are checked as you go. Read them "
+        "here with the outputs of a real run; open a chapter in Colab, Binder or your "
+        "own JupyterLab to run it and work the exercises.",
         "other": ("zh", "中文"),
         "chapters": "Chapters",
         "from_run": "The outputs on this page come from one run of the notebook: device {device}, "
-                    "torch {torch}, Python {python}, {date}, {size} configuration "
-                    "(`trainperf run`). Your numbers will differ on other hardware.",
-        "quick": "quick", "full": "full",
+        "torch {torch}, Python {python}, {date}, {size} configuration "
+        "(`trainperf run`). Your numbers will differ on other hardware.",
+        "quick": "quick",
+        "full": "full",
         "open": "Open this chapter:",
         "download": "download the notebook (.ipynb)",
         "your_turn": "Your turn",
         "exercise": "This is an exercise. Open the notebook (links at the top of the page) and "
-                    "write your answer where the cell says `# YOUR CODE HERE`; the check cell "
-                    "after it tells you whether it is right.",
+        "write your answer where the cell says `# YOUR CODE HERE`; the check cell "
+        "after it tells you whether it is right.",
         "widget": "This is a picture of the widget as the run left it. Its sliders and buttons "
-                  "work only in a running notebook.",
+        "work only in a running notebook.",
     },
     "zh": {
         "title": "训练性能分析",
         "intro": "一个深度学习训练 step 的时间和显存花在了哪里？全课共九章，每章是一个带练习的 "
-                 "notebook，练习会当场检查。在这里可以阅读每一章和一次真实运行的输出；要运行它、"
-                 "做练习，请在 Colab、Binder 或你自己的 JupyterLab 中打开这一章。",
+        "notebook，练习会当场检查。在这里可以阅读每一章和一次真实运行的输出；要运行它、"
+        "做练习，请在 Colab、Binder 或你自己的 JupyterLab 中打开这一章。",
         "other": ("en", "English"),
         "chapters": "章节",
         "from_run": "本页的输出来自这个 notebook 的一次运行：设备 {device}，torch {torch}，"
-                    "Python {python}，{date}，{size}配置（`trainperf run`）。在别的硬件上，"
-                    "你得到的数字会不同。",
-        "quick": "小规模", "full": "完整",
+        "Python {python}，{date}，{size}配置（`trainperf run`）。在别的硬件上，"
+        "你得到的数字会不同。",
+        "quick": "小规模",
+        "full": "完整",
         "open": "打开这一章：",
         "download": "下载 notebook（.ipynb）",
         "your_turn": "轮到你了",
         "exercise": "这是一道练习。请打开 notebook（链接在本页顶部），在标有 `# YOUR CODE HERE` "
-                    "的地方写下你的答案；它后面的检查单元会告诉你答案对不对。",
+        "的地方写下你的答案；它后面的检查单元会告诉你答案对不对。",
         "widget": "这是运行结束时这个小部件的截图。滑块和按钮只有在运行中的 notebook 里才能用。",
     },
 }
@@ -86,11 +88,15 @@ def launch_links(repo_url: str, notebook: str) -> dict[str, str]:
     """Colab and Binder links that open ``notebook`` (a path in the repository) from GitHub."""
     match = re.fullmatch(r"https://github\.com/([^/]+)/([^/]+?)(?:\.git)?", repo_url)
     if not match:
-        raise CourseError(f"the repository URL must be https://github.com/<owner>/<name>, got "
-                          f"{repo_url!r}; pass --repo-url or set [project.urls] Source.")
+        raise CourseError(
+            f"the repository URL must be https://github.com/<owner>/<name>, got "
+            f"{repo_url!r}; pass --repo-url or set [project.urls] Source."
+        )
     owner, name = match.groups()
-    return {"Colab": f"https://colab.research.google.com/github/{owner}/{name}/blob/{BRANCH}/{notebook}",
-            "Binder": f"https://mybinder.org/v2/gh/{owner}/{name}/{BRANCH}?labpath={notebook}"}
+    return {
+        "Colab": f"https://colab.research.google.com/github/{owner}/{name}/blob/{BRANCH}/{notebook}",
+        "Binder": f"https://mybinder.org/v2/gh/{owner}/{name}/{BRANCH}?labpath={notebook}",
+    }
 
 
 def _is_exercise(cell: dict[str, Any]) -> bool:
@@ -119,13 +125,15 @@ def _static_outputs(outputs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
     return kept, had_widget
 
 
-def page_notebook(student: dict[str, Any], executed: dict[str, Any], lang: str,
-                  header: str) -> dict[str, Any]:
+def page_notebook(
+    student: dict[str, Any], executed: dict[str, Any], lang: str, header: str
+) -> dict[str, Any]:
     """The notebook a page is built from: ``student``'s cells, ``executed``'s outputs in the
     teaching cells, a "your turn" box before each answer cell, ``header`` after the title."""
     words = TEXT[lang]
-    outputs = {c.get("id"): c.get("outputs", []) for c in executed.get("cells", [])
-               if c.get("cell_type") == "code"}
+    outputs = {
+        c.get("id"): c.get("outputs", []) for c in executed.get("cells", []) if c.get("cell_type") == "code"
+    }
     cells: list[dict[str, Any]] = []
     for index, cell in enumerate(student["cells"]):
         cell = copy.deepcopy(cell)
@@ -135,8 +143,11 @@ def page_notebook(student: dict[str, Any], executed: dict[str, Any], lang: str,
             if _is_exercise(cell):
                 cell["outputs"] = []
                 if cell["metadata"].get("nbgrader", {}).get("solution"):
-                    cells.append(_markdown(f":::{{admonition}} {words['your_turn']}\n:class: tip\n"
-                                           f"{words['exercise']}\n:::"))
+                    cells.append(
+                        _markdown(
+                            f":::{{admonition}} {words['your_turn']}\n:class: tip\n{words['exercise']}\n:::"
+                        )
+                    )
             else:
                 cell["outputs"], widget = _static_outputs(outputs.get(cell.get("id"), []))
             cells.append(cell)
@@ -146,9 +157,14 @@ def page_notebook(student: dict[str, Any], executed: dict[str, Any], lang: str,
         cells.append(cell)
         if index == 0:
             cells.append(_markdown(header))
-    page = {"cells": cells, "metadata": {k: v for k, v in student.get("metadata", {}).items()
-                                         if k in ("kernelspec", "language_info")},
-            "nbformat": 4, "nbformat_minor": student.get("nbformat_minor", 5)}
+    page = {
+        "cells": cells,
+        "metadata": {
+            k: v for k, v in student.get("metadata", {}).items() if k in ("kernelspec", "language_info")
+        },
+        "nbformat": 4,
+        "nbformat_minor": student.get("nbformat_minor", 5),
+    }
     return page
 
 
@@ -160,30 +176,34 @@ def _switch(lang: str, page: str, langs: list[str]) -> str:
     return f'<a class="course-language" href="../{other}/{page}.html">{other_name}</a>'
 
 
-def page_header(lang: str, chapter: str, run: dict[str, Any], links: dict[str, str],
-                langs: list[str]) -> str:
+def page_header(lang: str, chapter: str, run: dict[str, Any], links: dict[str, str], langs: list[str]) -> str:
     """The lines under a page's title: where its outputs come from, launch links, language."""
     words = TEXT[lang]
     size = words["quick" if run.get("quick", True) else "full"]
-    provenance = words["from_run"].format(size=size, **{k: run.get(k, "?") for k in
-                                                        ("device", "torch", "python", "date")})
+    provenance = words["from_run"].format(
+        size=size, **{k: run.get(k, "?") for k in ("device", "torch", "python", "date")}
+    )
     anchors = " · ".join(f'<a href="{url}">{name}</a>' for name, url in links.items())
-    return (f'<p class="course-links">{words["open"]} {anchors} · '
-            f'<a href="notebooks/{chapter}.ipynb" download>{words["download"]}</a>'
-            + (f" · {switch}" if (switch := _switch(lang, chapter, langs)) else "")
-            + f"</p>\n\n{provenance}\n")
+    return (
+        f'<p class="course-links">{words["open"]} {anchors} · '
+        f'<a href="notebooks/{chapter}.ipynb" download>{words["download"]}</a>'
+        + (f" · {switch}" if (switch := _switch(lang, chapter, langs)) else "")
+        + f"</p>\n\n{provenance}\n"
+    )
 
 
 def _index(lang: str, chapter_ids: list[str], langs: list[str]) -> str:
     words = TEXT[lang]
     toc = "\n".join(chapter_ids)
     switch = _switch(lang, "index", langs)
-    return (f"# {words['title']}\n\n{words['intro']}\n\n"
-            + (f"<p>{switch}</p>\n\n" if switch else "")
-            + f"```{{toctree}}\n:maxdepth: 1\n:caption: {words['chapters']}\n\n{toc}\n```\n")
+    return (
+        f"# {words['title']}\n\n{words['intro']}\n\n"
+        + (f"<p>{switch}</p>\n\n" if switch else "")
+        + f"```{{toctree}}\n:maxdepth: 1\n:caption: {words['chapters']}\n\n{toc}\n```\n"
+    )
 
 
-_CONF = '''# Generated by `trainperf site`; edit src/trainperf/site.py instead.
+_CONF = """# Generated by `trainperf site`; edit src/trainperf/site.py instead.
 project = {title!r}
 author = "the course authors"
 language = {language!r}
@@ -203,7 +223,7 @@ html_theme_options = {{"home_page_in_toc": True, "use_download_button": False,
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "misc.highlighting_failure"]
 html_context = {{"default_mode": "light"}}  # no saved mode yet: the theme would log an error
 html_favicon = "_static/favicon.png"  # else the browser asks for /favicon.ico, which is not there
-{extra}'''
+{extra}"""
 
 # Chinese search, two fixes. Sphinx 9's Chinese search uses the English stemmer file but names
 # the stemmer after the language ("ChineseStemmer is not defined" in the browser): name it after
@@ -249,8 +269,15 @@ def _run_info(executed: dict[str, Any]) -> dict[str, Any]:
     return executed.get("metadata", {}).get("trainperf", {}).get("run", {})
 
 
-def prepare(root: Path, lang: str, chapter_ids: list[str], executed_dir: Path, source: Path,
-            repo_url: str, langs: list[str]) -> None:
+def prepare(
+    root: Path,
+    lang: str,
+    chapter_ids: list[str],
+    executed_dir: Path,
+    source: Path,
+    repo_url: str,
+    langs: list[str],
+) -> None:
     """Write one language's Sphinx source folder: conf.py, index.md, one notebook a chapter."""
     from helpers.i18n import CJK_FONT_FILE
 
@@ -261,21 +288,27 @@ def prepare(root: Path, lang: str, chapter_ids: list[str], executed_dir: Path, s
         run_file = executed_path(executed_dir, name, lang)
         if not run_file.is_file():
             flag = "" if lang == "en" else f" --lang {lang}"
-            raise CourseError(f"no executed {lang} notebook for {name} at {run_file}: run "
-                              f"`trainperf run{flag} --chapters {name}` first (or pass --executed).")
+            raise CourseError(
+                f"no executed {lang} notebook for {name} at {run_file}: run "
+                f"`trainperf run{flag} --chapters {name}` first (or pass --executed)."
+            )
         folder = root / "notebooks" / ("" if lang == "en" else lang) / name
         student = json.loads((folder / f"{name}.ipynb").read_text(encoding="utf-8"))
         executed = json.loads(run_file.read_text(encoding="utf-8"))
         notebook_path = f"notebooks/{'' if lang == 'en' else lang + '/'}{name}/{name}.ipynb"
-        header = page_header(lang, name, _run_info(executed), launch_links(repo_url, notebook_path),
-                             langs)
+        header = page_header(lang, name, _run_info(executed), launch_links(repo_url, notebook_path), langs)
         page = page_notebook(student, executed, lang, header)
         (source / f"{name}.ipynb").write_text(json.dumps(page, ensure_ascii=False), encoding="utf-8")
     (source / "index.md").write_text(_index(lang, chapter_ids, langs), encoding="utf-8")
-    (source / "conf.py").write_text(_CONF.format(
-        title=TEXT[lang]["title"], language="zh_CN" if lang == "zh" else lang,
-        search="zh" if lang == "zh" else lang, extra=_ZH_SEARCH_FIX if lang == "zh" else ""),
-        encoding="utf-8")
+    (source / "conf.py").write_text(
+        _CONF.format(
+            title=TEXT[lang]["title"],
+            language="zh_CN" if lang == "zh" else lang,
+            search="zh" if lang == "zh" else lang,
+            extra=_ZH_SEARCH_FIX if lang == "zh" else "",
+        ),
+        encoding="utf-8",
+    )
     for name in ("course.css", "favicon.png"):
         shutil.copy2(STATIC / name, source / "_static" / name)
     if lang == "zh":
@@ -298,33 +331,47 @@ html[lang^="zh"] body {{ --pst-font-family-base: "Trainperf Sans SC", system-ui,
 
 
 def _sphinx(source: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E",
-                           str(source), str(out)], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", str(source), str(out)],
+        capture_output=True,
+        text=True,
+    )
 
 
-def build_site(root: Path, out: Path, langs: list[str], wanted: list[str] | None = None,
-               executed_dir: Path | None = None, repo_url: str | None = None) -> list[str]:
+def build_site(
+    root: Path,
+    out: Path,
+    langs: list[str],
+    wanted: list[str] | None = None,
+    executed_dir: Path | None = None,
+    repo_url: str | None = None,
+) -> list[str]:
     """Build the site into ``out`` (``out/<lang>/``, and ``out/index.html`` choosing one);
     returns the warnings to print (the placeholder repository URL)."""
     require_languages(root, langs)
     for lang in langs:
         if lang not in TEXT:  # a new translation needs its page texts here too
-            raise CourseError(f"the site has no page texts for {lang!r} yet: add them to TEXT in "
-                              "src/trainperf/site.py.")
+            raise CourseError(
+                f"the site has no page texts for {lang!r} yet: add them to TEXT in src/trainperf/site.py."
+            )
     try:
         import myst_nb  # noqa: F401
         import sphinx_book_theme  # noqa: F401
     except ImportError as exc:
-        raise CourseError(f"{exc.name} is not installed: pip install -e '.[course]' "
-                          "(the site extra: Sphinx, MyST-NB, sphinx-book-theme)") from None
+        raise CourseError(
+            f"{exc.name} is not installed: pip install -e '.[course]' "
+            "(the site extra: Sphinx, MyST-NB, sphinx-book-theme)"
+        ) from None
     chapter_ids = chapters(root, wanted)
     executed_dir = executed_dir or root / "build" / "executed"
     repo_url = (repo_url or repository_url(root)).rstrip("/")
     warnings = []
     if repo_url == PLACEHOLDER_URL:
-        warnings.append(f"the launch links use the placeholder repository {PLACEHOLDER_URL}: set "
-                        "[project.urls] Source in pyproject.toml (or pass --repo-url) before "
-                        "publishing.")
+        warnings.append(
+            f"the launch links use the placeholder repository {PLACEHOLDER_URL}: set "
+            "[project.urls] Source in pyproject.toml (or pass --repo-url) before "
+            "publishing."
+        )
     work = out.parent / f".{out.name}-source"
     for lang in langs:
         prepare(root, lang, chapter_ids, executed_dir, work / lang, repo_url, langs)
@@ -344,13 +391,16 @@ def build_site(root: Path, out: Path, langs: list[str], wanted: list[str] | None
         folder = out / lang / "notebooks"
         folder.mkdir(exist_ok=True)
         for name in chapter_ids:  # the download link: the student notebook, as a learner gets it
-            shutil.copy2(root / "notebooks" / ("" if lang == "en" else lang) / name / f"{name}.ipynb",
-                         folder / f"{name}.ipynb")
+            shutil.copy2(
+                root / "notebooks" / ("" if lang == "en" else lang) / name / f"{name}.ipynb",
+                folder / f"{name}.ipynb",
+            )
     first = langs[0]
     (out / "index.html").write_text(
         f'<!doctype html><meta charset="utf-8"><title>{TEXT[first]["title"]}</title>'
         f'<meta http-equiv="refresh" content="0; url={first}/index.html">'
         + "".join(f'<p><a href="{lang}/index.html">{TEXT[lang]["title"]}</a></p>' for lang in langs),
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     shutil.rmtree(work, ignore_errors=True)
     return warnings

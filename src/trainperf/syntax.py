@@ -16,13 +16,15 @@ import types
 _LOCK = threading.Lock()
 
 
-def parse(source: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
-    """``ast.parse``, holding the process-wide AST lock."""
+def parse(source: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse`` of a module, holding the process-wide AST lock."""
     with _LOCK:
-        return ast.parse(source, filename, mode)
+        return ast.parse(source, filename)
 
 
-def compile_tree(tree: ast.AST, filename: str, mode: str = "exec") -> types.CodeType:
+def compile_tree(
+    tree: ast.Module | ast.Expression | ast.Interactive, filename: str, mode: str = "exec"
+) -> types.CodeType:
     """``compile`` of an AST object (converted back to C in the same shared state)."""
     with _LOCK:
         return compile(tree, filename, mode)

@@ -45,7 +45,26 @@ from ._timing import (
     synchronize,
 )
 
-__all__ = ["VERDICTS", "READBACKS", "Comparison", "FakeAsyncDevice", "Measurement", "SpeedComparison",
-           "SyncCount", "compare", "compare_speed", "compare_windows", "count_host_syncs", "interval",
-           "logged_loop", "measure", "measure_interleaved", "profile_sync_events", "resolve_device",
-           "same_result", "summary_line", "synchronize", "verdict_of"]
+__all__ = [
+    "VERDICTS",
+    "READBACKS",
+    "Comparison",
+    "FakeAsyncDevice",
+    "Measurement",
+    "SpeedComparison",
+    "SyncCount",
+    "compare",
+    "compare_speed",
+    "compare_windows",
+    "count_host_syncs",
+    "interval",
+    "logged_loop",
+    "measure",
+    "measure_interleaved",
+    "profile_sync_events",
+    "resolve_device",
+    "same_result",
+    "summary_line",
+    "synchronize",
+    "verdict_of",
+]

@@ -13,8 +13,9 @@ class FakeAsyncDevice:
     figure, ``reset_peak_memory_stats()`` clears it, ``max_memory_allocated()`` reads it.
     """
 
-    def __init__(self, durations_s: list[float], peak_bytes: list[int] | None = None,
-                 launch_s: float = 0.0) -> None:
+    def __init__(
+        self, durations_s: list[float], peak_bytes: list[int] | None = None, launch_s: float = 0.0
+    ) -> None:
         if not durations_s:
             raise ValueError("FakeAsyncDevice needs at least one step duration")
         self.durations_s = list(durations_s)

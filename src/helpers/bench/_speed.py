@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._timing import Measurement, resolve_device, synchronize
+from .._validate import count, positive
+from ._timing import Measurement, _Timer, resolve_device
 
 VERDICTS = ("faster", "slower", "within noise")
 _BOOTSTRAP_DRAWS = 2000
@@ -75,14 +76,18 @@ class SpeedComparison:
 
     def __str__(self) -> str:
         base, tuned = self.names
-        head = {"faster": f"{tuned} is faster than {base}",
-                "slower": f"{tuned} is slower than {base}",
-                "within noise": f"no difference between {tuned} and {base} beyond the noise"}[self.verdict]
-        return (f"{head}: speed-up {self.speedup:.2f}x (95 % interval {self.low:.2f}x to "
-                f"{self.high:.2f}x) from {self.pairs} interleaved pairs; {base} "
-                f"{self.baseline.median * 1e3:.3g} ms, {tuned} {self.tuned.median * 1e3:.3g} ms per "
-                f"{self.unit} (medians), {self.threads} CPU thread{'s' * (self.threads != 1)} on "
-                f"{self.device}.")
+        head = {
+            "faster": f"{tuned} is faster than {base}",
+            "slower": f"{tuned} is slower than {base}",
+            "within noise": f"no difference between {tuned} and {base} beyond the noise",
+        }[self.verdict]
+        return (
+            f"{head}: speed-up {self.speedup:.2f}x (95 % interval {self.low:.2f}x to "
+            f"{self.high:.2f}x) from {self.pairs} interleaved pairs; {base} "
+            f"{self.baseline.median * 1e3:.3g} ms, {tuned} {self.tuned.median * 1e3:.3g} ms per "
+            f"{self.unit} (medians), {self.threads} CPU thread{'s' * (self.threads != 1)} on "
+            f"{self.device}."
+        )
 
 
 def interval(ratios: list[float], confidence: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
@@ -99,7 +104,7 @@ def interval(ratios: list[float], confidence: float = 0.95, seed: int = 0) -> tu
 
 
 def verdict_of(low: float, high: float, min_effect: float = 0.02) -> str:
-    """"faster" / "slower" / "within noise" from a speed-up interval (see the module notes)."""
+    """ "faster" / "slower" / "within noise" from a speed-up interval (see the module notes)."""
     if low > 1 + min_effect:
         return "faster"
     if high < 1 / (1 + min_effect):
@@ -107,63 +112,46 @@ def verdict_of(low: float, high: float, min_effect: float = 0.02) -> str:
     return "within noise"
 
 
-def _whole(name: str, value: Any, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
-    return value
-
-
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-    return float(value)
-
-
-class _Timer:
-    """Seconds for ``number`` calls of a function, synchronised; CUDA events on a GPU."""
-
-    def __init__(self, dev: torch.device, clock: Callable[[], float] | None,
-                 sync: Callable[[], None] | None) -> None:
-        self.wait = sync or (lambda: synchronize(dev))
-        self.now = clock or time.perf_counter
-        self.events = dev.type == "cuda" and clock is None
-
-    def __call__(self, fn: Callable[[], Any], number: int) -> float:
-        if self.events:
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            for _ in range(number):
-                fn()
-            end.record()
-            end.synchronize()
-            return begin.elapsed_time(end) / 1e3
-        self.wait()
-        start = self.now()
-        for _ in range(number):
-            fn()
-        self.wait()
-        return self.now() - start
-
-
-def _run(baseline: Callable[[], Any], tuned: Callable[[], Any], *, device, threads, warmup, min_pairs,
-         max_pairs, max_seconds, target_width, min_effect, number, per_call, names, unit, clock,
-         sync) -> SpeedComparison:
-    if not (isinstance(names, tuple) and len(names) == 2 and all(isinstance(n, str) and n for n in names)
-            and names[0] != names[1]):
+def _run(
+    baseline: Callable[[], Any],
+    tuned: Callable[[], Any],
+    *,
+    device,
+    threads,
+    warmup,
+    min_pairs,
+    max_pairs,
+    max_seconds,
+    target_width,
+    min_effect,
+    number,
+    per_call,
+    names,
+    unit,
+    clock,
+    sync,
+) -> SpeedComparison:
+    if not (
+        isinstance(names, tuple)
+        and len(names) == 2
+        and all(isinstance(n, str) and n for n in names)
+        and names[0] != names[1]
+    ):
         raise ValueError(f"names must be two different, non-empty labels, got {names!r}")
     for side, fn in zip(names, (baseline, tuned), strict=True):
         if not callable(fn):
-            raise TypeError(f"{side} must be a function called with no arguments, got "
-                            f"{type(fn).__name__}; wrap the work: lambda: model(x)")
-    _whole("warmup", warmup, 1)
-    _whole("min_pairs", min_pairs, 3)
-    _whole("max_pairs", max_pairs, min_pairs)
-    _positive("max_seconds", max_seconds)
-    _positive("target_width", target_width)
+            raise TypeError(
+                f"{side} must be a function called with no arguments, got "
+                f"{type(fn).__name__}; wrap the work: lambda: model(x)"
+            )
+    (warmup,) = count(warmup=warmup)
+    (min_pairs,) = count(3, min_pairs=min_pairs)
+    (max_pairs,) = count(min_pairs, max_pairs=max_pairs)
+    positive(max_seconds=max_seconds, target_width=target_width)
     if isinstance(min_effect, bool) or not isinstance(min_effect, (int, float)) or min_effect < 0:
         raise ValueError(f"min_effect must be a number >= 0, got {min_effect!r}")
     if threads is not None:
-        _whole("threads", threads, 1)
+        (threads,) = count(threads=threads)
     dev = resolve_device(device)
     timer = _Timer(dev, clock, sync)
     now = clock or time.perf_counter
@@ -180,7 +168,7 @@ def _run(baseline: Callable[[], Any], tuned: Callable[[], Any], *, device, threa
             # slow first call, such as a compile, would otherwise give short, noisy samples)
             fastest = min(warm.values()) or 1e-9
             number = 1 if fastest >= _MIN_SAMPLE_S else min(10_000, math.ceil(_MIN_SAMPLE_S / fastest))
-        _whole("number", number, 1)
+        (number,) = count(number=number)
         samples: dict[str, list[float]] = {side: [] for side in names}
         start = now()
         stopped, checked_at = "the pair limit was reached", 0
@@ -193,8 +181,10 @@ def _run(baseline: Callable[[], Any], tuned: Callable[[], Any], *, device, threa
                 pair[names[k]] = timer(fn, number) / (number * per_call)
             for side in names:
                 if not pair[side] > 0:
-                    raise RuntimeError(f"{side} took no measurable time on this clock; give each call "
-                                       "more work (or, in compare_speed, a larger number=)")
+                    raise RuntimeError(
+                        f"{side} took no measurable time on this clock; give each call "
+                        "more work (or, in compare_speed, a larger number=)"
+                    )
                 samples[side].append(pair[side])
             n = i + 1
             if n < min_pairs:
@@ -211,12 +201,28 @@ def _run(baseline: Callable[[], Any], tuned: Callable[[], Any], *, device, threa
     finally:
         torch.set_num_threads(before)
     speedup, low, high = interval(_ratios(samples, names))
-    measured = {side: Measurement(samples[side], cold[side] / per_call, str(dev),
-                                  meta={"number": number, "unit": unit}) for side in names}
-    return SpeedComparison(speedup, low, high, verdict_of(low, high, min_effect), len(samples[names[0]]),
-                           measured[names[0]], measured[names[1]], used, str(dev), tuple(names), unit,
-                           stopped, float(min_effect), {"number": number, "max_seconds": max_seconds,
-                                                        "steps": per_call if unit == "step" else None})
+    measured = {
+        side: Measurement(
+            samples[side], cold[side] / per_call, str(dev), meta={"number": number, "unit": unit}
+        )
+        for side in names
+    }
+    return SpeedComparison(
+        speedup,
+        low,
+        high,
+        verdict_of(low, high, min_effect),
+        len(samples[names[0]]),
+        measured[names[0]],
+        measured[names[1]],
+        used,
+        str(dev),
+        tuple(names),
+        unit,
+        stopped,
+        float(min_effect),
+        {"number": number, "max_seconds": max_seconds, "steps": per_call if unit == "step" else None},
+    )
 
 
 def _pair(names: Any) -> Any:
@@ -225,17 +231,29 @@ def _pair(names: Any) -> Any:
 
 
 def _ratios(samples: dict[str, list[float]], names: tuple[str, str]) -> list[float]:
-    return [b / t if t > 0 and b > 0 else float("nan")
-            for b, t in zip(samples[names[0]], samples[names[1]], strict=True)]
+    return [
+        b / t if t > 0 and b > 0 else float("nan")
+        for b, t in zip(samples[names[0]], samples[names[1]], strict=True)
+    ]
 
 
-def compare_speed(baseline: Callable[[], Any], tuned: Callable[[], Any], *,
-                  device: str | torch.device = "auto", threads: int | None = None,
-                  min_pairs: int = 10, max_pairs: int = 400,
-                  max_seconds: float = 5.0, target_width: float = 0.05, min_effect: float = 0.02,
-                  warmup: int = 2, number: int | None = None, names: tuple[str, str] = ("baseline", "tuned"),
-                  clock: Callable[[], float] | None = None,
-                  sync: Callable[[], None] | None = None) -> SpeedComparison:
+def compare_speed(
+    baseline: Callable[[], Any],
+    tuned: Callable[[], Any],
+    *,
+    device: str | torch.device = "auto",
+    threads: int | None = None,
+    min_pairs: int = 10,
+    max_pairs: int = 400,
+    max_seconds: float = 5.0,
+    target_width: float = 0.05,
+    min_effect: float = 0.02,
+    warmup: int = 2,
+    number: int | None = None,
+    names: tuple[str, str] = ("baseline", "tuned"),
+    clock: Callable[[], float] | None = None,
+    sync: Callable[[], None] | None = None,
+) -> SpeedComparison:
     """Time ``baseline()`` and ``tuned()`` in interleaved pairs and say which is faster.
 
     ``threads``: CPU threads for both sides (default: torch's current setting), restored
@@ -248,28 +266,66 @@ def compare_speed(baseline: Callable[[], Any], tuned: Callable[[], Any], *,
     the two sides in the printed sentence. ``clock`` and ``sync`` replace the timer and the
     device synchronization, as in :func:`helpers.bench.measure`.
     """
-    return _run(baseline, tuned, device=device, threads=threads, warmup=warmup, min_pairs=min_pairs,
-                max_pairs=max_pairs, max_seconds=max_seconds, target_width=target_width,
-                min_effect=min_effect, number=number, per_call=1, names=_pair(names), unit="call",
-                clock=clock, sync=sync)
+    return _run(
+        baseline,
+        tuned,
+        device=device,
+        threads=threads,
+        warmup=warmup,
+        min_pairs=min_pairs,
+        max_pairs=max_pairs,
+        max_seconds=max_seconds,
+        target_width=target_width,
+        min_effect=min_effect,
+        number=number,
+        per_call=1,
+        names=_pair(names),
+        unit="call",
+        clock=clock,
+        sync=sync,
+    )
 
 
-def compare_windows(baseline: Callable[[], Any], tuned: Callable[[], Any], *, steps: int,
-                    device: str | torch.device = "auto", threads: int | None = None, min_pairs: int = 10,
-                    max_pairs: int = 100, max_seconds: float = 30.0, target_width: float = 0.05,
-                    min_effect: float = 0.02, warmup: int = 1,
-                    names: tuple[str, str] = ("baseline", "tuned"),
-                    clock: Callable[[], float] | None = None,
-                    sync: Callable[[], None] | None = None) -> SpeedComparison:
+def compare_windows(
+    baseline: Callable[[], Any],
+    tuned: Callable[[], Any],
+    *,
+    steps: int,
+    device: str | torch.device = "auto",
+    threads: int | None = None,
+    min_pairs: int = 10,
+    max_pairs: int = 100,
+    max_seconds: float = 30.0,
+    target_width: float = 0.05,
+    min_effect: float = 0.02,
+    warmup: int = 1,
+    names: tuple[str, str] = ("baseline", "tuned"),
+    clock: Callable[[], float] | None = None,
+    sync: Callable[[], None] | None = None,
+) -> SpeedComparison:
     """:func:`compare_speed` for windows of training steps: each call of ``baseline()`` or
     ``tuned()`` runs ``steps`` steps (data loading included), and the samples are seconds per
     step. Use it where one step alone is not the unit that matters, such as a loop whose data
     loader prefetches batches. The device is synchronised only at the edges of a window."""
-    _whole("steps", steps, 1)
-    return _run(baseline, tuned, device=device, threads=threads, warmup=warmup, min_pairs=min_pairs,
-                max_pairs=max_pairs, max_seconds=max_seconds, target_width=target_width,
-                min_effect=min_effect, number=1, per_call=steps, names=_pair(names), unit="step",
-                clock=clock, sync=sync)
+    (steps,) = count(steps=steps)
+    return _run(
+        baseline,
+        tuned,
+        device=device,
+        threads=threads,
+        warmup=warmup,
+        min_pairs=min_pairs,
+        max_pairs=max_pairs,
+        max_seconds=max_seconds,
+        target_width=target_width,
+        min_effect=min_effect,
+        number=1,
+        per_call=steps,
+        names=_pair(names),
+        unit="step",
+        clock=clock,
+        sync=sync,
+    )
 
 
 def summary_line(result: SpeedComparison) -> str:

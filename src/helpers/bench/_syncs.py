@@ -4,6 +4,7 @@ device (:func:`count_host_syncs`), or seen by the CUDA profiler (:func:`profile_
 from __future__ import annotations
 
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,11 +12,26 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .._validate import count as _count
 from .._validate import flag as _flag
 
 #: Tensor methods that hand a value to Python: on a GPU each one waits for the device.
-READBACKS = frozenset({"item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__",
-                       "__complex__", "__array__", "__format__", "__repr__", "__str__"})
+READBACKS = frozenset(
+    {
+        "item",
+        "tolist",
+        "numpy",
+        "__float__",
+        "__int__",
+        "__bool__",
+        "__index__",
+        "__complex__",
+        "__array__",
+        "__format__",
+        "__repr__",
+        "__str__",
+    }
+)
 
 
 @dataclass
@@ -40,7 +56,7 @@ _MACHINERY = {"torch.overrides", "torch._tensor"}
 def _called_from_torch() -> bool:
     """True when the read-back was made by PyTorch's own code (e.g. an optimizer reading its
     CPU-side step counter), not by the code being inspected."""
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_globals.get("__name__") in _MACHINERY:
         frame = frame.f_back
     module = frame.f_globals.get("__name__", "") if frame is not None else ""
@@ -98,8 +114,10 @@ def profile_sync_events(fn: Callable[[], Any], steps: int = 3) -> dict[str, int]
     such events to count (use :func:`count_host_syncs` there).
     """
     if not torch.cuda.is_available():
-        raise RuntimeError("profile_sync_events needs a CUDA GPU (no CUDA runtime events on CPU); "
-                           "use bench.count_host_syncs(fn) to count read-backs on any device.")
+        raise RuntimeError(
+            "profile_sync_events needs a CUDA GPU (no CUDA runtime events on CPU); "
+            "use bench.count_host_syncs(fn) to count read-backs on any device."
+        )
     from torch.profiler import ProfilerActivity, profile
 
     from .._quiet import profiler_notices_hidden
@@ -121,8 +139,10 @@ def profile_sync_events(fn: Callable[[], Any], steps: int = 3) -> dict[str, int]
 
 # --------------------------------------------------------------------------- logging loops
 
-def logged_loop(step_fn: Callable[[], torch.Tensor], n_steps: int, log_every: int,
-                read_every_step: bool = False) -> list[float]:
+
+def logged_loop(
+    step_fn: Callable[[], torch.Tensor], n_steps: int, log_every: int, read_every_step: bool = False
+) -> list[float]:
     """Run ``step_fn`` ``n_steps`` times; return the mean loss of each ``log_every`` window.
 
     ``read_every_step=False`` keeps the running sum on the device and reads it back once per
@@ -131,8 +151,7 @@ def logged_loop(step_fn: Callable[[], torch.Tensor], n_steps: int, log_every: in
     window is included).
     """
     _flag(read_every_step=read_every_step)
-    if n_steps < 1 or log_every < 1:
-        raise ValueError(f"need n_steps >= 1 and log_every >= 1, got {n_steps}, {log_every}")
+    n_steps, log_every = _count(n_steps=n_steps, log_every=log_every)
     logged: list[float] = []
     total: Any = 0
     count = 0

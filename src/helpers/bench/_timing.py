@@ -7,9 +7,12 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from fractions import Fraction
+from typing import Any, TypedDict
 
 import torch
+
+from .._validate import count
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -32,6 +35,49 @@ def synchronize(device: torch.device) -> None:
     """Wait for queued work on ``device`` (a no-op on CPU, where ops run synchronously)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+class _Timer:
+    """Seconds for ``number`` calls of a function, synchronised: CUDA events on a GPU (unless a
+    ``clock`` replaces the timer), else ``clock`` (default ``time.perf_counter``) between two
+    ``sync`` calls (default: :func:`synchronize` of the device)."""
+
+    def __init__(
+        self,
+        dev: torch.device,
+        clock: Callable[[], float] | None = None,
+        sync: Callable[[], None] | None = None,
+    ) -> None:
+        self.wait = sync or (lambda: synchronize(dev))
+        self.now = clock or time.perf_counter
+        self.events = dev.type == "cuda" and clock is None
+
+    def __call__(self, fn: Callable[[], Any], number: int = 1) -> float:
+        if not self.events:
+            return self.host(fn, number)
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(number):
+            fn()
+        end.record()
+        end.synchronize()
+        return begin.elapsed_time(end) / 1e3
+
+    def host(self, fn: Callable[[], Any], number: int = 1) -> float:
+        """The host clock's seconds from a synchronised start to a synchronised end."""
+        self.wait()
+        start = self.now()
+        for _ in range(number):
+            fn()
+        self.wait()
+        return self.now() - start
+
+
+class Metrics(TypedDict):
+    """What :meth:`Measurement.metrics` returns (a plain dict)."""
+
+    step_time_ms: float
+    peak_mem_mib: float | None
 
 
 @dataclass
@@ -57,11 +103,17 @@ class Measurement:
         return max(self.samples)
 
     def percentile(self, q: float) -> float:
-        """Linear-interpolated percentile, ``q`` in [0, 100]."""
-        ordered = sorted(self.samples)
-        pos = (len(ordered) - 1) * q / 100
-        lo, hi = int(pos), min(int(pos) + 1, len(ordered) - 1)
-        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+        """Percentile ``q`` in [0, 100] (to 0.01), interpolated between samples: the
+        ``"inclusive"`` method of :func:`statistics.quantiles` (numpy's default, "linear")."""
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 <= q <= 100:
+            raise ValueError(f"q must be a percentile between 0 and 100, got {q!r}")
+        share = Fraction(q / 100).limit_denominator(10_000)
+        if share == 0 or len(self.samples) == 1:
+            return self.min
+        if share == 1:
+            return self.max
+        cuts = statistics.quantiles(self.samples, n=share.denominator, method="inclusive")
+        return cuts[share.numerator - 1]
 
     @property
     def spread(self) -> float:
@@ -69,18 +121,20 @@ class Measurement:
         return (self.max - self.min) / self.median if self.median > 0 else float("nan")
 
     @property
-    def peak_allocated_mb(self) -> float | None:
+    def peak_allocated_mib(self) -> float | None:
         """Peak allocated memory in MiB (CUDA), None where it was not measured."""
         return None if self.peak_allocated_bytes is None else self.peak_allocated_bytes / 2**20
 
-    def metrics(self) -> dict[str, float | None]:
-        """The comparison metrics: ``{"step_time_ms": median, "peak_mem_mb": peak or None}``."""
-        return {"step_time_ms": self.median * 1e3, "peak_mem_mb": self.peak_allocated_mb}
+    def metrics(self) -> Metrics:
+        """The comparison metrics: ``{"step_time_ms": median, "peak_mem_mib": peak or None}``."""
+        return {"step_time_ms": self.median * 1e3, "peak_mem_mib": self.peak_allocated_mib}
 
     def __str__(self) -> str:
-        return (f"median {self.median * 1e3:.3f} ms (min {self.min * 1e3:.3f}, "
-                f"max {self.max * 1e3:.3f}, n={len(self.samples)}; first call "
-                f"{self.first_call * 1e3:.3f} ms) on {self.device}")
+        return (
+            f"median {self.median * 1e3:.3f} ms (min {self.min * 1e3:.3f}, "
+            f"max {self.max * 1e3:.3f}, n={len(self.samples)}; first call "
+            f"{self.first_call * 1e3:.3f} ms) on {self.device}"
+        )
 
 
 def measure(
@@ -102,46 +156,28 @@ def measure(
     deterministically; with a ``clock`` no CUDA events are used.
     """
     if not callable(fn):
-        raise TypeError(f"measure(fn, ...) times a function called with no arguments; got "
-                        f"{type(fn).__name__} {fn!r}. Wrap the work: measure(lambda: model(x)).")
-    for name, value in (("warmup", warmup), ("iters", iters)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a whole number of calls >= 1, got {value!r}")
+        raise TypeError(
+            f"measure(fn, ...) times a function called with no arguments; got "
+            f"{type(fn).__name__} {fn!r}. Wrap the work: measure(lambda: model(x))."
+        )
+    warmup, iters = count(warmup=warmup, iters=iters)
     dev = resolve_device(device or "auto")
-    wait = sync or (lambda: synchronize(dev))
-    now = clock or time.perf_counter
-    wait()
-    start = now()
-    fn()
-    wait()
-    first = now() - start
+    timer = _Timer(dev, clock, sync)
+    first = timer.host(fn)  # the cold call on the host clock: launch and compile included
     for _ in range(warmup - 1):
         fn()
-    wait()
-    samples: list[float] = []
+    timer.wait()
     peak = None
-    cuda_events = dev.type == "cuda" and clock is None
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    for _ in range(iters):
-        if cuda_events:
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(begin.elapsed_time(end) / 1e3)
-        else:
-            start = now()
-            fn()
-            wait()
-            samples.append(now() - start)
+    samples = [timer(fn) for _ in range(iters)]
     if dev.type == "cuda":
         peak = torch.cuda.max_memory_allocated(dev)
     return Measurement(samples, first, str(dev), peak)
 
 
 # --------------------------------------------------------------------------- compare
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -155,40 +191,49 @@ class Comparison:
     """
 
     step_time_delta_ms: float
-    peak_mem_delta_mb: float | None  # None when either side has no memory figure (CPU)
+    peak_mem_delta_mib: float | None  # None when either side has no memory figure (CPU)
     memory_improved: bool | None
 
     def __str__(self) -> str:
-        mem = ("peak memory not measured on this device" if self.peak_mem_delta_mb is None
-               else f"peak memory {self.peak_mem_delta_mb:+.2f} MiB saved")
-        return (f"step time {self.step_time_delta_ms:+.3f} ms saved (medians; whether that is faster "
-                f"than the noise needs bench.compare_speed); {mem}")
+        mem = (
+            "peak memory not measured on this device"
+            if self.peak_mem_delta_mib is None
+            else f"peak memory {self.peak_mem_delta_mib:+.2f} MiB saved"
+        )
+        return (
+            f"step time {self.step_time_delta_ms:+.3f} ms saved (medians; whether that is faster "
+            f"than the noise needs bench.compare_speed); {mem}"
+        )
 
 
 def _metrics(result: Measurement | Mapping[str, Any], side: str) -> tuple[float, float | None]:
+    m: Mapping[str, Any]
     if isinstance(result, Measurement):
         m = result.metrics()
     elif isinstance(result, Mapping):
         m = result
     else:
-        raise TypeError(f"{side} must be a Measurement or a dict with 'step_time_ms' and "
-                        f"'peak_mem_mb', got {type(result).__name__}")
+        raise TypeError(
+            f"{side} must be a Measurement or a dict with 'step_time_ms' and "
+            f"'peak_mem_mib', got {type(result).__name__}"
+        )
     if "step_time_ms" not in m:
-        raise KeyError(f"{side} has no 'step_time_ms'; give measure()'s result or a dict with "
-                       "'step_time_ms' and 'peak_mem_mb'")
+        raise KeyError(
+            f"{side} has no 'step_time_ms'; give measure()'s result or a dict with "
+            "'step_time_ms' and 'peak_mem_mib'"
+        )
     time_ms = float(m["step_time_ms"])
     if not time_ms > 0:
         raise ValueError(f"{side} step_time_ms must be positive, got {time_ms!r}")
-    mem = m.get("peak_mem_mb")
+    mem = m.get("peak_mem_mib")
     return time_ms, None if mem is None else float(mem)
 
 
-def compare(baseline: Measurement | Mapping[str, Any],
-            tuned: Measurement | Mapping[str, Any]) -> Comparison:
+def compare(baseline: Measurement | Mapping[str, Any], tuned: Measurement | Mapping[str, Any]) -> Comparison:
     """Deltas baseline − tuned for step time (median, ms) and peak memory (MiB).
 
     Accepts two :class:`Measurement` results or two dicts
-    (``{"step_time_ms": ..., "peak_mem_mb": ...}``). A peak memory that was not measured
+    (``{"step_time_ms": ..., "peak_mem_mib": ...}``). A peak memory that was not measured
     (``None``, as on CPU) gives ``None`` deltas and flags rather than a zero.
     """
     base_ms, base_mem = _metrics(baseline, "baseline")
@@ -197,8 +242,13 @@ def compare(baseline: Measurement | Mapping[str, Any],
     return Comparison(base_ms - tuned_ms, mem_delta, None if mem_delta is None else mem_delta > 0)
 
 
-def measure_interleaved(fns: Mapping[str, Callable[[], Any]], *, warmup: int = 2, iters: int = 10,
-                        device: str | torch.device | None = None) -> dict[str, Measurement]:
+def measure_interleaved(
+    fns: Mapping[str, Callable[[], Any]],
+    *,
+    warmup: int = 2,
+    iters: int = 10,
+    device: str | torch.device | None = None,
+) -> dict[str, Measurement]:
     """Time several variants turn by turn (A, B, A, B, ...) rather than one after the other.
 
     On a shared or busy machine the load changes over time; timing the variants in turns
@@ -211,29 +261,22 @@ def measure_interleaved(fns: Mapping[str, Callable[[], Any]], *, warmup: int = 2
     for name, fn in fns.items():
         if not callable(fn):
             raise TypeError(f"{name!r} is a {type(fn).__name__}, not a function to time")
-    for label, value in (("warmup", warmup), ("iters", iters)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be a whole number of calls >= 1, got {value!r}")
+    warmup, iters = count(warmup=warmup, iters=iters)
     dev = resolve_device(device or "auto")
     samples: dict[str, list[float]] = {name: [] for name in fns}
     first: dict[str, float] = {}
+    timer = _Timer(dev)  # host clock between syncs (timer.host), as before
     for name, fn in fns.items():
-        synchronize(dev)
-        start = time.perf_counter()
-        fn()
-        synchronize(dev)
-        first[name] = time.perf_counter() - start
+        first[name] = timer.host(fn)
         for _ in range(warmup - 1):
             fn()
     for _ in range(iters):
         for name, fn in fns.items():
-            synchronize(dev)
-            start = time.perf_counter()
-            fn()
-            synchronize(dev)
-            samples[name].append(time.perf_counter() - start)
-    return {name: Measurement(samples[name], first[name], str(dev), meta={"interleaved": list(fns)})
-            for name in fns}
+            samples[name].append(timer.host(fn))
+    return {
+        name: Measurement(samples[name], first[name], str(dev), meta={"interleaved": list(fns)})
+        for name in fns
+    }
 
 
 def same_result(baseline: Any, tuned: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
@@ -242,12 +285,12 @@ def same_result(baseline: Any, tuned: Any, rtol: float = 1e-5, atol: float = 1e-
     not an improvement."""
     if isinstance(baseline, Mapping) and isinstance(tuned, Mapping):
         return baseline.keys() == tuned.keys() and all(
-            same_result(baseline[k], tuned[k], rtol, atol) for k in baseline)
+            same_result(baseline[k], tuned[k], rtol, atol) for k in baseline
+        )
     if isinstance(baseline, (list, tuple)) and isinstance(tuned, (list, tuple)):
         return len(baseline) == len(tuned) and all(
-            same_result(a, b, rtol, atol) for a, b in zip(baseline, tuned, strict=True))
+            same_result(a, b, rtol, atol) for a, b in zip(baseline, tuned, strict=True)
+        )
     a = torch.as_tensor(baseline, dtype=torch.float64)
     b = torch.as_tensor(tuned, dtype=torch.float64)
     return a.shape == b.shape and bool(torch.allclose(a, b, rtol=rtol, atol=atol))
-
-

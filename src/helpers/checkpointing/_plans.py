@@ -7,7 +7,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -26,7 +26,7 @@ _MARK = "_trainperf_checkpoint"
 def plan_modes(plan: str, n_blocks: int) -> list[str]:
     """One mode per block for ``plan``: ``"none"``, ``"full"`` (checkpointed block) or
     ``"selective"`` (checkpointed attention core)."""
-    n_blocks, = _count(n_blocks=n_blocks)
+    (n_blocks,) = _count(n_blocks=n_blocks)
     text = str(plan).strip().lower()
     if text == "none":
         return ["none"] * n_blocks
@@ -44,13 +44,17 @@ def plan_modes(plan: str, n_blocks: int) -> list[str]:
     raise ValueError(f"unknown plan {plan!r}; use 'none', 'every', 'every:k' (k >= 1) or 'selective'")
 
 
+_M = TypeVar("_M", bound=nn.Module)
+
+
 def _blocks(model: nn.Module, blocks: Sequence[nn.Module] | None) -> list[nn.Module]:
     if blocks is not None:
         return list(blocks)
     found = getattr(model, "blocks", None)
     if found is None:
-        raise TypeError(f"{type(model).__name__} has no .blocks; pass blocks=[...] (the modules to "
-                        "checkpoint, in order)")
+        raise TypeError(
+            f"{type(model).__name__} has no .blocks; pass blocks=[...] (the modules to checkpoint, in order)"
+        )
     return list(found)
 
 
@@ -73,8 +77,13 @@ def remove(model: nn.Module) -> nn.Module:
     return model
 
 
-def apply(model: nn.Module, plan: str = "every", *, preserve_rng_state: bool = True,
-          blocks: Sequence[nn.Module] | None = None) -> nn.Module:
+def apply(
+    model: _M,
+    plan: str = "every",
+    *,
+    preserve_rng_state: bool = True,
+    blocks: Sequence[nn.Module] | None = None,
+) -> _M:
     """Checkpoint ``model``'s blocks by ``plan`` (replacing any earlier plan) and return it.
 
     Blocks are ``model.blocks`` (the course model) or ``blocks``. A checkpointed block's
@@ -83,11 +92,12 @@ def apply(model: nn.Module, plan: str = "every", *, preserve_rng_state: bool = T
     :func:`remove` or ``apply(model, "none")``; parameters and ``state_dict`` never change.
     """
     _flag(preserve_rng_state=preserve_rng_state)
-    chosen = _blocks(model, blocks)
+    chosen: list[Any] = _blocks(model, blocks)  # modules with their own attributes (attend)
     modes = plan_modes(plan, len(chosen))
     if "selective" in modes and not all(callable(getattr(b, "attend", None)) for b in chosen):
-        raise TypeError("the 'selective' plan checkpoints each block's attend(q, k, v) method, and "
-                        "these blocks have none")
+        raise TypeError(
+            "the 'selective' plan checkpoints each block's attend(q, k, v) method, and these blocks have none"
+        )
     remove(model)
     for block, mode in zip(chosen, modes, strict=True):
         if mode == "full":
@@ -104,6 +114,7 @@ def current_plan(model: nn.Module) -> str:
 
 
 # --------------------------------------------------------------------------- estimates
+
 
 def predicted_saved_bytes(config: Any, batch: int, seq_len: int, plan: str) -> int:
     """Saved-for-backward bytes of one fp32 forward of the course model under ``plan``
@@ -150,37 +161,49 @@ def recompute_flops(config: Any, batch: int, seq_len: int, plan: str) -> int:
     """Forward FLOPs the backward pass runs again under ``plan`` (see
     :func:`recompute_flops_per_block`)."""
     cfg = models.get_config(config)
-    return sum(recompute_flops_per_block(cfg, batch, seq_len, mode)
-               for mode in plan_modes(plan, cfg.n_layers))
+    return sum(
+        recompute_flops_per_block(cfg, batch, seq_len, mode) for mode in plan_modes(plan, cfg.n_layers)
+    )
 
 
 def estimate(config: Any, batch: int, seq_len: int, plan: str) -> dict[str, int]:
     """``{"saved_bytes": ..., "recompute_flops": ...}`` of ``plan`` for the course model."""
-    return {"saved_bytes": predicted_saved_bytes(config, batch, seq_len, plan),
-            "recompute_flops": recompute_flops(config, batch, seq_len, plan)}
+    return {
+        "saved_bytes": predicted_saved_bytes(config, batch, seq_len, plan),
+        "recompute_flops": recompute_flops(config, batch, seq_len, plan),
+    }
 
 
-def plans_within(config: Any, batch: int, seq_len: int, budget_bytes: float,
-                 plans: Sequence[str] = MENU) -> list[str | None]:
+def plans_within(
+    config: Any, batch: int, seq_len: int, budget_bytes: float, plans: Sequence[str] = MENU
+) -> list[str | None]:
     """Every plan whose saved bytes fit ``budget_bytes`` with the fewest recomputed FLOPs (ties
     all listed, in ``plans`` order); ``[None]`` when no plan fits."""
-    fitting = [(p, estimate(config, batch, seq_len, p)) for p in plans]
-    fitting = [(p, e["recompute_flops"]) for p, e in fitting if e["saved_bytes"] <= budget_bytes]
+    estimates = [(p, estimate(config, batch, seq_len, p)) for p in plans]
+    fitting = [(p, e["recompute_flops"]) for p, e in estimates if e["saved_bytes"] <= budget_bytes]
     if not fitting:
         return [None]
     least = min(flops for _, flops in fitting)
     return [p for p, flops in fitting if flops == least]
 
 
-def choose_plan(config: Any, batch: int, seq_len: int, budget_bytes: float,
-                plans: Sequence[str] = MENU) -> str | None:
+def choose_plan(
+    config: Any, batch: int, seq_len: int, budget_bytes: float, plans: Sequence[str] = MENU
+) -> str | None:
     """The plan whose saved bytes fit ``budget_bytes`` with the fewest recomputed FLOPs
     (the first such in ``plans`` on a tie); None when no plan fits."""
     return plans_within(config, batch, seq_len, budget_bytes, plans)[0]
 
 
-def utilization(config: Any, batch: int, seq_len: int, plan: str, step_time_s: float,
-                peak_flops: float, num_devices: int = 1) -> dict[str, float]:
+def utilization(
+    config: Any,
+    batch: int,
+    seq_len: int,
+    plan: str,
+    step_time_s: float,
+    peak_flops: float,
+    num_devices: int = 1,
+) -> dict[str, float]:
     """MFU and HFU of a step under ``plan``: model FLOPs (chapter 2's 6·N + attention formula)
     and model FLOPs + the recomputed forward, over the same time × devices × peak."""
     from .. import mfu
@@ -188,11 +211,14 @@ def utilization(config: Any, batch: int, seq_len: int, plan: str, step_time_s: f
     cfg = models.get_config(config)
     model_flops = mfu.model_flops_per_step(cfg, batch, seq_len)
     executed = model_flops + recompute_flops(cfg, batch, seq_len, plan)
-    return {"mfu": mfu.mfu(model_flops, step_time_s, num_devices, peak_flops),
-            "hfu": mfu.hfu(executed, step_time_s, num_devices, peak_flops)}
+    return {
+        "mfu": mfu.mfu(model_flops, step_time_s, num_devices, peak_flops),
+        "hfu": mfu.hfu(executed, step_time_s, num_devices, peak_flops),
+    }
 
 
 # --------------------------------------------------------------------------- measurements
+
 
 @dataclass
 class PlanResult:
@@ -208,9 +234,17 @@ class PlanResult:
     vs_none: SpeedComparison | None = None  # plan "none" against this plan, interleaved; None for "none"
 
 
-def compare_plans(config: Any, batch: int, seq_len: int | None = None, plans: Sequence[str] = MENU, *,
-                  device: str | torch.device = "cpu", iters: int = 5, warmup: int = 2,
-                  max_seconds: float = 3.0) -> list[PlanResult]:
+def compare_plans(
+    config: Any,
+    batch: int,
+    seq_len: int | None = None,
+    plans: Sequence[str] = MENU,
+    *,
+    device: str | torch.device = "cpu",
+    iters: int = 5,
+    warmup: int = 2,
+    max_seconds: float = 3.0,
+) -> list[PlanResult]:
     """Each plan on the same model, weights and batch: saved bytes (measured and predicted),
     executed FLOPs, on a GPU the peak allocated memory of one step, and its step time against
     plan ``"none"``: both timed in interleaved pairs with no hooks attached
@@ -233,35 +267,62 @@ def compare_plans(config: Any, batch: int, seq_len: int | None = None, plans: Se
         if dev.type == "cuda":
             peak = memory.cuda_memory(step, device=dev, snapshot=None, history=False).peak
         facts[plan] = (saved, executed, peak)
-    speeds = {plan: compare_speed(steps["none"], steps[plan], device=dev, warmup=warmup,
-                                  min_pairs=max(10, iters), max_seconds=max_seconds, names=("none", plan))
-              for plan in plans if plan != "none"}
+    speeds = {
+        plan: compare_speed(
+            steps["none"],
+            steps[plan],
+            device=dev,
+            warmup=warmup,
+            min_pairs=max(10, iters),
+            max_seconds=max_seconds,
+            names=("none", plan),
+        )
+        for plan in plans
+        if plan != "none"
+    }
     rows = []
     for plan in plans:
         saved, executed, peak = facts[plan]
         if plan == "none":
-            timing = next(iter(speeds.values())).baseline if speeds else measure(
-                steps[plan], warmup=warmup, iters=max(3, iters), device=dev)
+            timing = (
+                next(iter(speeds.values())).baseline
+                if speeds
+                else measure(steps[plan], warmup=warmup, iters=max(3, iters), device=dev)
+            )
         else:
             timing = speeds[plan].tuned
         predicted = predicted_saved_bytes(cfg, batch, seq_len, plan)
-        rows.append(PlanResult(plan, saved, predicted, timing, executed,
-                               mfu.model_flops_per_step(cfg, batch, seq_len), peak, speeds.get(plan)))
+        rows.append(
+            PlanResult(
+                plan,
+                saved,
+                predicted,
+                timing,
+                executed,
+                mfu.model_flops_per_step(cfg, batch, seq_len),
+                peak,
+                speeds.get(plan),
+            )
+        )
     return rows
 
 
 def format_plans(rows: Sequence[PlanResult]) -> str:
     """The measured plans side by side (deterministic columns first, timings last)."""
     base = next((r for r in rows if r.plan == "none"), rows[0])
-    head = (f"{'plan':<10} {'saved MiB':>10} {'predicted':>10} {'vs none':>8} {'executed GFLOP':>15} "
-            f"{'HFU/MFU':>8} {'step ms (median, spread)':>26}  speed against none (95 % interval)")
+    head = (
+        f"{'plan':<10} {'saved MiB':>10} {'predicted':>10} {'vs none':>8} {'executed GFLOP':>15} "
+        f"{'HFU/MFU':>8} {'step ms (median, spread)':>26}  speed against none (95 % interval)"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         peak = f"  CUDA peak {r.cuda_peak / 2**20:,.0f} MiB" if r.cuda_peak is not None else ""
-        lines.append(f"{r.plan:<10} {r.saved_bytes / 2**20:>10.3f} {r.predicted_bytes / 2**20:>10.3f} "
-                     f"{r.saved_bytes / base.saved_bytes:>8.0%} {r.executed_flops / 1e9:>15.3f} "
-                     f"{r.executed_flops / base.executed_flops:>8.3f} "
-                     f"{r.step.median * 1e3:>17.2f} ({r.step.spread:4.0%})  {_against_none(r)}{peak}")
+        lines.append(
+            f"{r.plan:<10} {r.saved_bytes / 2**20:>10.3f} {r.predicted_bytes / 2**20:>10.3f} "
+            f"{r.saved_bytes / base.saved_bytes:>8.0%} {r.executed_flops / 1e9:>15.3f} "
+            f"{r.executed_flops / base.executed_flops:>8.3f} "
+            f"{r.step.median * 1e3:>17.2f} ({r.step.spread:4.0%})  {_against_none(r)}{peak}"
+        )
     return "\n".join(lines)
 
 
@@ -285,14 +346,24 @@ class GradientCheck:
 
     def __str__(self) -> str:
         verdict = "same gradients" if self.matches else "DIFFERENT gradients"
-        return (f"plan {self.plan!r}, dropout {self.dropout}, {'train' if self.training else 'eval'} mode, "
-                f"preserve_rng_state={self.preserve_rng_state}: {verdict} "
-                f"(largest difference {self.max_abs_diff:.3g})")
+        return (
+            f"plan {self.plan!r}, dropout {self.dropout}, {'train' if self.training else 'eval'} mode, "
+            f"preserve_rng_state={self.preserve_rng_state}: {verdict} "
+            f"(largest difference {self.max_abs_diff:.3g})"
+        )
 
 
-def check_gradients(config: Any = "tiny", plan: str = "every", *, dropout: float = 0.0,
-                    preserve_rng_state: bool = True, training: bool = True, batch: int = 2,
-                    seq_len: int | None = 32, seed: int = 0) -> GradientCheck:
+def check_gradients(
+    config: Any = "tiny",
+    plan: str = "every",
+    *,
+    dropout: float = 0.0,
+    preserve_rng_state: bool = True,
+    training: bool = True,
+    batch: int = 2,
+    seq_len: int | None = 32,
+    seed: int = 0,
+) -> GradientCheck:
     """One forward and backward with and without ``plan`` from the same weights, batch and
     random seed; compares every gradient with ``torch.testing.assert_close``. ``seq_len=None``
     is the config's context length."""
@@ -319,24 +390,28 @@ def check_gradients(config: Any = "tiny", plan: str = "every", *, dropout: float
 
 # --------------------------------------------------------------------------- attention's share
 
+
 def attention_share_formula(seq_len: int, hidden: int) -> float:
     """A rule of thumb for attention's share of a layer's activations: 2s / (2s + 4h)."""
     seq_len, hidden = _count(seq_len=seq_len, hidden=hidden)
     return 2 * seq_len / (2 * seq_len + 4 * hidden)
 
 
-def korthikanti_attention_share(seq_len: int, hidden: int, heads: int, *, dropout: bool = True,
-                                bytes_per_element: int = 2) -> float:
+def korthikanti_attention_share(
+    seq_len: int, hidden: int, heads: int, *, dropout: bool = True, bytes_per_element: int = 2
+) -> float:
     """The s² terms' share of Korthikanti et al.'s per-layer count: 5as/h / (34 + 5as/h)
     with their defaults."""
     _flag(dropout=dropout)
-    parts = memory.activation_breakdown(seq_len, 1, hidden, heads, "none", dropout=dropout,
-                                        bytes_per_element=bytes_per_element)
+    parts = memory.activation_breakdown(
+        seq_len, 1, hidden, heads, "none", dropout=dropout, bytes_per_element=bytes_per_element
+    )
     return parts["attention"] / parts["total"]
 
 
-def measured_attention_share(seq_len: int, hidden: int, heads: int, *, batch: int = 1,
-                             dropout: float = 0.0) -> float:
+def measured_attention_share(
+    seq_len: int, hidden: int, heads: int, *, batch: int = 1, dropout: float = 0.0
+) -> float:
     """Attention's measured share of one layer's saved bytes, spelled-out attention, fp32.
 
     Measured with ``saved_tensors_hooks`` on fake tensors (no memory is allocated, so real
@@ -349,8 +424,15 @@ def measured_attention_share(seq_len: int, hidden: int, heads: int, *, batch: in
     saved = {}
     with FakeTensorMode():
         for layers, plan in ((1, "none"), (2, "none"), (1, "selective")):
-            cfg = models.GPTConfig(vocab_size=64, seq_len=seq_len, d_model=hidden, n_layers=layers,
-                                   n_heads=heads, attention="math", dropout=dropout)
+            cfg = models.GPTConfig(
+                vocab_size=64,
+                seq_len=seq_len,
+                d_model=hidden,
+                n_layers=layers,
+                n_heads=heads,
+                attention="math",
+                dropout=dropout,
+            )
             model = apply(models.TinyGPT(cfg), plan)
             idx = torch.zeros(batch, seq_len, dtype=torch.long)
             saved[layers, plan] = memory.saved_tensor_bytes(lambda m=model, x=idx: m(x, x)).activations

@@ -40,10 +40,12 @@ class Measured:
     executed_flops: int  # FlopCounterMode: matrix multiplies only, recomputed ones included
 
     def row(self, base: Measured) -> str:
-        return (f"{self.name:<22} kept after forward {self.saved_bytes / 2**20:7.3f} MiB "
-                f"({self.saved_bytes / base.saved_bytes:4.0%}), step peak {self.peak_bytes / 2**20:7.3f} MiB,"
-                " "
-                f"executed {self.executed_flops / base.executed_flops:5.3f}x the FLOPs of none")
+        return (
+            f"{self.name:<22} kept after forward {self.saved_bytes / 2**20:7.3f} MiB "
+            f"({self.saved_bytes / base.saved_bytes:4.0%}), step peak {self.peak_bytes / 2**20:7.3f} MiB,"
+            " "
+            f"executed {self.executed_flops / base.executed_flops:5.3f}x the FLOPs of none"
+        )
 
 
 def _measure(name: str, patch, cfg: models.GPTConfig, batch: int, seq_len: int) -> Measured:
@@ -60,10 +62,12 @@ def _measure(name: str, patch, cfg: models.GPTConfig, batch: int, seq_len: int) 
 
 def _with(make):
     """A patch that gives every block of a model ``make(block)`` as its forward."""
-    def patch(model: torch.nn.Module) -> torch.nn.Module:
+
+    def patch(model: models.TinyGPT) -> models.TinyGPT:
         for block in model.blocks:
             block.forward = make(block)
         return model
+
     return patch
 
 
@@ -73,6 +77,7 @@ def _sublayer_forward(block: torch.nn.Module):
     def forward(x: torch.Tensor) -> torch.Tensor:
         x = x + checkpoint(block.attention_path, x, use_reentrant=False)
         return x + checkpoint(block.mlp_path, x, use_reentrant=False)
+
     return forward
 
 
@@ -80,16 +85,24 @@ def granularity(config: Any = "tiny", batch: int = 4, seq_len: int | None = None
     """No checkpoint, one per block (the course's ``"every"``) and one per sub-layer (the
     attention path and the MLP path of each block apart)."""
     cfg = models.get_config(config)
-    batch, = _count(batch=batch)
+    (batch,) = _count(batch=batch)
     seq_len = seq_len or cfg.seq_len
-    return [_measure("none", lambda m: apply(m, "none"), cfg, batch, seq_len),
-            _measure("every block", lambda m: apply(m, "every"), cfg, batch, seq_len),
-            _measure("every sub-layer", _with(_sublayer_forward), cfg, batch, seq_len)]
+    return [
+        _measure("none", lambda m: apply(m, "none"), cfg, batch, seq_len),
+        _measure("every block", lambda m: apply(m, "every"), cfg, batch, seq_len),
+        _measure("every sub-layer", _with(_sublayer_forward), cfg, batch, seq_len),
+    ]
 
 
 #: The ops the default policy saves: the matrix multiplies (recomputing them costs the most).
-MATMULS = ("mm", "addmm", "bmm", "_scaled_dot_product_flash_attention_for_cpu",
-           "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention")
+MATMULS = (
+    "mm",
+    "addmm",
+    "bmm",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+)
 
 
 def _policy(save: Sequence[str]):
@@ -100,6 +113,7 @@ def _policy(save: Sequence[str]):
     def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
         name = getattr(op, "overloadpacket", op).__name__
         return CheckpointPolicy.MUST_SAVE if name in names else CheckpointPolicy.PREFER_RECOMPUTE
+
     return policy
 
 
@@ -113,26 +127,34 @@ def _sac_forward(save: Sequence[str]):
 
         def forward(x: torch.Tensor) -> torch.Tensor:
             return checkpoint(cls_forward, block, x, use_reentrant=False, context_fn=context)
+
         return forward
+
     return make
 
 
-def selective_policy(config: Any = "tiny", batch: int = 4, seq_len: int | None = None,
-                     save: Sequence[str] = MATMULS) -> list[Measured]:
+def selective_policy(
+    config: Any = "tiny", batch: int = 4, seq_len: int | None = None, save: Sequence[str] = MATMULS
+) -> list[Measured]:
     """The course's plans ``"none"``, ``"selective"`` and ``"every"`` beside PyTorch's selective
     activation checkpoint API on every block, with a policy that saves the outputs of the ops
     named in ``save`` (default: the matrix multiplies and attention) and recomputes the rest."""
     cfg = models.get_config(config)
-    batch, = _count(batch=batch)
+    (batch,) = _count(batch=batch)
     seq_len = seq_len or cfg.seq_len
-    rows = [_measure(plan if plan != "every" else "every block", lambda m, p=plan: apply(m, p), cfg, batch,
-                     seq_len) for plan in ("none", "selective", "every")]
+    rows = [
+        _measure(
+            plan if plan != "every" else "every block", lambda m, p=plan: apply(m, p), cfg, batch, seq_len
+        )
+        for plan in ("none", "selective", "every")
+    ]
     rows.append(_measure("policy: save matmuls", _with(_sac_forward(save)), cfg, batch, seq_len))
     return rows
 
 
-def memory_budget(config: Any = "tiny", batch: int = 4, budgets: Sequence[float] = (1.0, 0.5, 0.2, 0.0)
-                  ) -> dict[float, int]:
+def memory_budget(
+    config: Any = "tiny", batch: int = 4, budgets: Sequence[float] = (1.0, 0.5, 0.2, 0.0)
+) -> dict[float, int]:
     """Bytes a compiled training step keeps for the backward pass under each
     ``torch._functorch.config.activation_memory_budget`` (1.0: the partitioner's own choice;
     0.0: recompute all it can), traced with AOTAutograd's min-cut partitioner."""

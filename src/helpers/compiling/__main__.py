@@ -32,8 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, ValueError) as exc:
         parser.error(str(exc))
     info = cache_info()
-    print(f"inductor cache: {info['dir']} ({info['files']} files; FX graph cache "
-          f"{'on' if info['fx_graph_cache'] else 'off'})")
+    print(
+        f"inductor cache: {info['dir']} ({info['files']} files; FX graph cache "
+        f"{'on' if info['fx_graph_cache'] else 'off'})"
+    )
     backend, why = pick_backend(device)
     print(f"backend: {backend} ({why})")
     inputs = chain_inputs(args.rows, args.hidden, device)

@@ -23,8 +23,7 @@ Op = tuple[str, Sequence[str]]
 
 #: The chapter's chain, bias + GELU + dropout + residual, as ops on named tensors
 #: (the dropout mask is an input: drawn beforehand, scaled by 1 / (1 - p)).
-CHAIN: list[Op] = [("h1", ["x", "bias"]), ("h2", ["h1"]), ("h3", ["h2", "mask"]),
-                   ("out", ["h3", "residual"])]
+CHAIN: list[Op] = [("h1", ["x", "bias"]), ("h2", ["h1"]), ("h3", ["h2", "mask"]), ("out", ["h3", "residual"])]
 
 
 @dataclass(frozen=True)
@@ -47,8 +46,9 @@ class Traffic:
         return self.eager, self.fused
 
 
-def chain_traffic(chain: Sequence[Op], sizes: Mapping[str, int], bytes_per_element: float,
-                  keep: Iterable[str] = ()) -> Traffic:
+def chain_traffic(
+    chain: Sequence[Op], sizes: Mapping[str, int], bytes_per_element: float, keep: Iterable[str] = ()
+) -> Traffic:
     """Minimum bytes of ``chain`` run eagerly and fused (chapter 1's model, per op or per kernel).
 
     ``sizes`` gives the number of elements of every tensor named in the chain. Eager: each
@@ -75,15 +75,21 @@ def chain_traffic(chain: Sequence[Op], sizes: Mapping[str, int], bytes_per_eleme
     return Traffic(eager * bytes_per_element, fused * bytes_per_element)
 
 
-def bias_gelu_dropout_residual(x: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor,
-                               residual: torch.Tensor) -> torch.Tensor:
+def bias_gelu_dropout_residual(
+    x: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor, residual: torch.Tensor
+) -> torch.Tensor:
     """The chain: ``gelu(x + bias) * mask + residual`` — four kernels eagerly, one fused."""
     return F.gelu(x + bias) * mask + residual
 
 
-def chain_inputs(rows: int, hidden: int, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32, p: float = 0.1, seed: int = 0
-                 ) -> tuple[torch.Tensor, ...]:
+def chain_inputs(
+    rows: int,
+    hidden: int,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    p: float = 0.1,
+    seed: int = 0,
+) -> tuple[torch.Tensor, ...]:
     """Inputs of :func:`bias_gelu_dropout_residual`: x and residual ``(rows, hidden)``, a bias
     ``(hidden,)`` and a dropout mask (0 or 1 / (1 - p)) drawn once with ``seed``."""
     if not 0 <= p < 1:
@@ -98,5 +104,13 @@ def chain_inputs(rows: int, hidden: int, device: str | torch.device = "cpu",
 def chain_sizes(rows: int, hidden: int) -> dict[str, int]:
     """Element counts of every tensor of :data:`CHAIN` for ``(rows, hidden)`` activations."""
     full = rows * hidden
-    return {"x": full, "bias": hidden, "mask": full, "residual": full, "h1": full, "h2": full,
-            "h3": full, "out": full}
+    return {
+        "x": full,
+        "bias": hidden,
+        "mask": full,
+        "residual": full,
+        "h1": full,
+        "h2": full,
+        "h3": full,
+        "out": full,
+    }

@@ -19,15 +19,27 @@ from typing import Any
 
 import torch
 
+from .._validate import unknown
+
 #: Loggers that print dynamo's and inductor's warnings (graph breaks, recompile limits) to stderr.
-_LOGGERS = ("torch._dynamo", "torch._inductor", "torch.fx.experimental.symbolic_shapes",
-            "torch._functorch", "torch._subclasses", "torch._utils_internal")
+_LOGGERS = (
+    "torch._dynamo",
+    "torch._inductor",
+    "torch.fx.experimental.symbolic_shapes",
+    "torch._functorch",
+    "torch._subclasses",
+    "torch._utils_internal",
+)
 
 #: The dynamo settings a count depends on, at their torch defaults. Counting under these makes
 #: a count independent of settings changed earlier in the same process.
-DEFAULT_DYNAMO = {"automatic_dynamic_shapes": True, "assume_static_by_default": True,
-                  "capture_scalar_outputs": False, "capture_dynamic_output_shape_ops": False,
-                  "recompile_limit": 8}
+DEFAULT_DYNAMO = {
+    "automatic_dynamic_shapes": True,
+    "assume_static_by_default": True,
+    "capture_scalar_outputs": False,
+    "capture_dynamic_output_shape_ops": False,
+    "recompile_limit": 8,
+}
 
 MODES = ("auto", "static", "dynamic", "mark_dynamic")
 
@@ -55,11 +67,12 @@ def quiet() -> Iterator[None]:
 def _dynamo_defaults() -> contextlib.AbstractContextManager:
     import torch._dynamo.config as config
 
-    known = {k: v for k, v in DEFAULT_DYNAMO.items() if hasattr(config, k)}
+    known: dict[str, Any] = {k: v for k, v in DEFAULT_DYNAMO.items() if hasattr(config, k)}
     return config.patch(**known)
 
 
 # --------------------------------------------------------------------------- graph breaks
+
 
 @dataclass(frozen=True)
 class BreakReason:
@@ -118,7 +131,7 @@ def _break_reason(record: logging.LogRecord) -> BreakReason:
         if text.startswith("Graph Break Reason:"):
             short = text.removeprefix("Graph Break Reason:").strip()
             if short.startswith("Encountered graph break"):
-                short = next((x for x in lines[i + 1:] if x), short)
+                short = next((x for x in lines[i + 1 :] if x), short)
             break
     return BreakReason(short, filename or where, int(line) if line.isdigit() else None)
 
@@ -176,6 +189,7 @@ def noisy_step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- recompilations
 
+
 @dataclass(frozen=True)
 class CompileEvent:
     """One call of a compiled function: the input shapes, whether it compiled, and why."""
@@ -201,8 +215,9 @@ def _code_of(fn: Callable[..., Any]) -> Any:
     return getattr(target, "__code__", None)
 
 
-def recompiles(fn: Callable[..., Any], calls: Sequence[Sequence[torch.Tensor]], mode: str = "auto"
-               ) -> list[CompileEvent]:
+def recompiles(
+    fn: Callable[..., Any], calls: Sequence[Sequence[torch.Tensor]], mode: str = "auto"
+) -> list[CompileEvent]:
     """Call a fresh ``torch.compile(fn)`` on each input tuple of ``calls``; say which calls compiled.
 
     ``mode``: ``"auto"`` (torch.compile's default: the first shape is compiled static, a
@@ -215,7 +230,7 @@ def recompiles(fn: Callable[..., Any], calls: Sequence[Sequence[torch.Tensor]], 
     functions compiled earlier compile again on their next call.
     """
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        raise unknown("mode", mode, MODES)
     if not calls:
         raise ValueError("give at least one input tuple to call the function with")
     import torch._dynamo as dynamo
@@ -242,8 +257,13 @@ def recompiles(fn: Callable[..., Any], calls: Sequence[Sequence[torch.Tensor]], 
             before, seen = len(compiled_graphs), len(guard_failures.get(code, ()))
             compiled(*inputs)
             new_reasons = list(guard_failures.get(code, ()))[seen:]
-            events.append(CompileEvent(tuple(tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor)),
-                                       len(compiled_graphs) > before, new_reasons))
+            events.append(
+                CompileEvent(
+                    tuple(tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor)),
+                    len(compiled_graphs) > before,
+                    new_reasons,
+                )
+            )
         dynamo.reset()
     return events
 

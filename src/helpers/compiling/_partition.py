@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from .._validate import unknown
+
 PARTITIONERS = ("min_cut", "default")
 
 
@@ -55,13 +57,19 @@ class SavedForBackward:
 
     def format(self) -> str:
         names = ", ".join(f"{s.name}{' (input)' if s.is_input else ''}" for s in self.saved)
-        return (f"{self.partitioner:<8} saves {names}: the forward writes {self.written / 2**20:.1f} MiB for "
-                f"the backward, which reads {self.read / 2**20:.1f} MiB of it and runs "
-                f"{self.backward_ops} ops")
+        return (
+            f"{self.partitioner:<8} saves {names}: the forward writes {self.written / 2**20:.1f} MiB for "
+            f"the backward, which reads {self.read / 2**20:.1f} MiB of it and runs "
+            f"{self.backward_ops} ops"
+        )
 
 
-def saved_for_backward(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], needs_grad: Sequence[int],
-                       partitioner: str = "min_cut") -> SavedForBackward:
+def saved_for_backward(
+    fn: Callable[..., Any],
+    inputs: Sequence[torch.Tensor],
+    needs_grad: Sequence[int],
+    partitioner: str = "min_cut",
+) -> SavedForBackward:
     """Trace ``fn(*inputs)`` forward and backward with AOTAutograd (no code is generated), run
     it once, and list what the forward hands to the backward, with the storage each saved
     tensor lives in. ``needs_grad``: the positions of the inputs that get gradients (as
@@ -76,13 +84,14 @@ def saved_for_backward(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], n
     )
 
     if partitioner not in PARTITIONERS:
-        raise ValueError(f"partitioner must be one of {', '.join(PARTITIONERS)}, got {partitioner!r}")
+        raise unknown("partitioner", partitioner, PARTITIONERS)
     if not callable(fn):
         raise TypeError(f"saved_for_backward needs a function, got {type(fn).__name__}")
     wanted = set(needs_grad)
     if not wanted or not wanted <= set(range(len(inputs))):
-        raise ValueError(f"needs_grad must name positions of the {len(inputs)} inputs, "
-                         f"got {list(needs_grad)}")
+        raise ValueError(
+            f"needs_grad must name positions of the {len(inputs)} inputs, got {list(needs_grad)}"
+        )
     graphs: dict[str, torch.fx.GraphModule] = {}
     outputs: list[Any] = []
 
@@ -94,6 +103,7 @@ def saved_for_backward(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], n
             result = boxed(args)
             outputs[:] = list(result)  # the real tensors handed on, to find their storages
             return result
+
         run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
@@ -114,13 +124,21 @@ def saved_for_backward(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], n
         if not isinstance(value, torch.Tensor):
             continue
         storage = value.untyped_storage()
-        saved.append(Saved(node.name, tuple(value.shape), storage.nbytes(),
-                           input_storages.get(storage.data_ptr()), storage.data_ptr()))
+        saved.append(
+            Saved(
+                node.name,
+                tuple(value.shape),
+                storage.nbytes(),
+                input_storages.get(storage.data_ptr()),
+                storage.data_ptr(),
+            )
+        )
     backward_ops = sum(1 for n in graphs["backward"].graph.nodes if n.op == "call_function")
     return SavedForBackward(partitioner, saved, backward_ops)
 
 
 # --------------------------------------------------------------------------- regional compilation
+
 
 @dataclass(frozen=True)
 class RegionalCompile:
@@ -134,16 +152,26 @@ class RegionalCompile:
 
     def format(self) -> str:
         s = self.speed
-        said = {"faster": "regional compiles faster", "slower": "regional compiles slower",
-                "within noise": "no difference beyond the noise"}[s.verdict]
-        return (f"{self.layers} blocks, backend {self.backend!r}: whole model {self.whole_graphs} graph "
-                f"({s.baseline.median:.2f} s to the first output), one block compiled and reused "
-                f"{self.regional_graphs} graph ({s.tuned.median:.2f} s): {said}, {s.speedup:.2f}x "
-                f"(95 % interval {s.low:.2f}x to {s.high:.2f}x, {s.pairs} interleaved pairs)")
+        said = {
+            "faster": "regional compiles faster",
+            "slower": "regional compiles slower",
+            "within noise": "no difference beyond the noise",
+        }[s.verdict]
+        return (
+            f"{self.layers} blocks, backend {self.backend!r}: whole model {self.whole_graphs} graph "
+            f"({s.baseline.median:.2f} s to the first output), one block compiled and reused "
+            f"{self.regional_graphs} graph ({s.tuned.median:.2f} s): {said}, {s.speedup:.2f}x "
+            f"(95 % interval {s.low:.2f}x to {s.high:.2f}x, {s.pairs} interleaved pairs)"
+        )
 
 
-def regional_compile(config: Any = "tiny", layers: int = 6, backend: str = "aot_eager", pairs: int = 5,
-                     max_seconds: float = 10.0) -> RegionalCompile:
+def regional_compile(
+    config: Any = "tiny",
+    layers: int = 6,
+    backend: str = "aot_eager",
+    pairs: int = 5,
+    max_seconds: float = 10.0,
+) -> RegionalCompile:
     """Time the first call of ``torch.compile(model)`` against compiling each transformer block
     on its own (``block.compile()``: dynamo compiles the block's code once and reuses the graph
     for every block, their weights being graph inputs), from a reset dynamo each time, in
@@ -183,14 +211,23 @@ def regional_compile(config: Any = "tiny", layers: int = 6, backend: str = "aot_
             counted.clear()
             run()
             graphs.append(len(counted))
-        speed = compare_speed(whole, regional, device="cpu", warmup=1, number=1, min_pairs=pairs,
-                              max_pairs=max(pairs, 3), max_seconds=max_seconds,
-                              names=("whole model", "regional"))
+        speed = compare_speed(
+            whole,
+            regional,
+            device="cpu",
+            warmup=1,
+            number=1,
+            min_pairs=pairs,
+            max_pairs=max(pairs, 3),
+            max_seconds=max_seconds,
+            names=("whole model", "regional"),
+        )
         dynamo.reset()
     return RegionalCompile(layers, backend, graphs[0], graphs[1], speed)
 
 
 # --------------------------------------------------------------------------- a whole training step
+
 
 def whole_step_saved(config: Any = "tiny", batch_size: int = 4, seq_len: int | None = None) -> dict[str, int]:
     """Bytes kept for the backward pass by one training step of the course model: eager
@@ -206,7 +243,7 @@ def whole_step_saved(config: Any = "tiny", batch_size: int = 4, seq_len: int | N
     params = [p.detach() for _, p in model.named_parameters()]
 
     def step(*args: torch.Tensor) -> torch.Tensor:
-        weights = dict(zip(names, args[:len(names)], strict=True))
+        weights = dict(zip(names, args[: len(names)], strict=True))
         return torch.func.functional_call(model, weights, (args[-2], args[-1]))
 
     out = {"eager": memory.saved_tensor_bytes(lambda: model(idx, targets)).activations}
@@ -216,7 +253,6 @@ def whole_step_saved(config: Any = "tiny", batch_size: int = 4, seq_len: int | N
         kept = {x.storage: x.bytes for x in traced.saved if x.input is None or x.input >= len(params)}
         out[partitioner] = sum(kept.values())
     return out
-
 
 
 def host_overhead_per_op(ops: int = 200, iters: int = 20) -> Any:
@@ -234,5 +270,6 @@ def host_overhead_per_op(ops: int = 200, iters: int = 20) -> Any:
             y = y + 1
 
     run = measure(chain, warmup=2, iters=iters, device="cpu")
-    return Measurement([t / ops for t in run.samples], run.first_call / ops, "cpu",
-                       meta={"ops_per_sample": ops})
+    return Measurement(
+        [t / ops for t in run.samples], run.first_call / ops, "cpu", meta={"ops_per_sample": ops}
+    )

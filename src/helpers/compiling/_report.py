@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -40,8 +41,9 @@ def step_speedup(fraction: float, part_speedup: float) -> float:
 TRUST_WIDTH = 0.5  # an interval wider than this (high / low - 1) is too wide to build on
 
 
-def step_speedups(speed: SpeedComparison | None,
-                  fractions: tuple[float, ...] = (0.05, 0.2, 0.5)) -> list[str]:
+def step_speedups(
+    speed: SpeedComparison | None, fractions: tuple[float, ...] = (0.05, 0.2, 0.5)
+) -> list[str]:
     """Amdahl's law applied to a measured part speed-up and to both ends of its 95 % interval:
     one line per ``fraction`` of the step the part takes, then a warning when the part is not
     faster beyond noise or its interval is too wide to trust (wider than ``TRUST_WIDTH``)."""
@@ -50,14 +52,19 @@ def step_speedups(speed: SpeedComparison | None,
     lines = []
     for f in fractions:
         low, mid, high = (step_speedup(f, x) for x in (speed.low, speed.speedup, speed.high))
-        lines.append(f"part = {f:.0%} of the step: step {mid:.3f}x faster "
-                     f"(95 % interval {low:.3f}x to {high:.3f}x)")
+        lines.append(
+            f"part = {f:.0%} of the step: step {mid:.3f}x faster (95 % interval {low:.3f}x to {high:.3f}x)"
+        )
     if speed.verdict != "faster":
-        lines.append(f"the part itself is {speed.verdict} here (its interval "
-                     f"{speed.low:.2f}x to {speed.high:.2f}x), so these step figures are not a result")
+        lines.append(
+            f"the part itself is {speed.verdict} here (its interval "
+            f"{speed.low:.2f}x to {speed.high:.2f}x), so these step figures are not a result"
+        )
     elif speed.interval_width > TRUST_WIDTH:
-        lines.append(f"the part's interval spans {speed.interval_width:.0%}: too wide to trust these "
-                     "step figures; run again on a quieter machine")
+        lines.append(
+            f"the part's interval spans {speed.interval_width:.0%}: too wide to trust these "
+            "step figures; run again on a quieter machine"
+        )
     return lines
 
 
@@ -79,7 +86,7 @@ def pick_backend(device: str | torch.device = "cpu") -> tuple[str, str]:
         from torch._inductor.cpp_builder import get_cpp_compiler
 
         compiler = get_cpp_compiler()
-    except Exception as exc:  # torch raises its own error types for a missing compiler
+    except Exception as exc:  # noqa: BLE001 — torch raises its own error types for a missing compiler
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
         return "aot_eager", f"no working C++ compiler ({reason}); install g++ to see Inductor's kernels"
     return "inductor", f"Inductor generates C++ kernels with {compiler}"
@@ -112,8 +119,10 @@ def _counters() -> dict[str, int]:
 def _cache_outcome(before: dict[str, int], after: dict[str, int], backend: str) -> str:
     if backend != "inductor":
         return f"not used (backend {backend!r} generates no code)"
-    delta = {k: after.get(k, 0) - before.get(k, 0) for k in ("fxgraph_cache_hit", "fxgraph_cache_miss",
-                                                              "fxgraph_cache_bypass")}
+    delta = {
+        k: after.get(k, 0) - before.get(k, 0)
+        for k in ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")
+    }
     parts = [f"{n} {k.rsplit('_', 1)[1]}" for k, n in delta.items() if n]
     return "FX graph cache: " + (", ".join(parts) if parts else "not consulted")
 
@@ -130,10 +139,15 @@ class ShapeCheck:
     def __str__(self) -> str:
         shapes = ", ".join("×".join(map(str, shape)) for shape in self.shapes)
         s = self.speed
-        said = {"faster": "compiled is faster", "slower": "compiled is slower",
-                "within noise": "within noise"}[s.verdict]
-        return (f"({shapes}): {s.speedup:.2f}x (95 % interval {s.low:.2f}x to {s.high:.2f}x, {s.pairs} "
-                f"pairs): {said}; matches eager: {'yes' if self.matches else 'NO'}")
+        said = {
+            "faster": "compiled is faster",
+            "slower": "compiled is slower",
+            "within noise": "within noise",
+        }[s.verdict]
+        return (
+            f"({shapes}): {s.speedup:.2f}x (95 % interval {s.low:.2f}x to {s.high:.2f}x, {s.pairs} "
+            f"pairs): {said}; matches eager: {'yes' if self.matches else 'NO'}"
+        )
 
 
 @dataclass
@@ -173,30 +187,38 @@ class CompileReport:
         if self.speed is None:
             return f"{self.speedup:.2f}x"
         s = self.speed
-        said = {"faster": "compiled is faster", "slower": "compiled is slower",
-                "within noise": "within noise: no difference this run can show"}[s.verdict]
+        said = {
+            "faster": "compiled is faster",
+            "slower": "compiled is slower",
+            "within noise": "within noise: no difference this run can show",
+        }[s.verdict]
         return f"{s.speedup:.2f}x (95 % interval {s.low:.2f}x to {s.high:.2f}x, {s.pairs} pairs): {said}"
 
     def format(self) -> str:
         def ms(m: Measurement) -> str:
-            return (f"median {m.median * 1e3:.3f} ms (min {m.min * 1e3:.3f}, max {m.max * 1e3:.3f}, "
-                    f"n={len(m.samples)}, spread {m.spread:.0%})")
+            return (
+                f"median {m.median * 1e3:.3f} ms (min {m.min * 1e3:.3f}, max {m.max * 1e3:.3f}, "
+                f"n={len(m.samples)}, spread {m.spread:.0%})"
+            )
 
-        even = ("never (compiled is not faster)" if math.isinf(self.break_even)
-                else f"{self.break_even:,} steps")
+        even = (
+            "never (compiled is not faster)" if math.isinf(self.break_even) else f"{self.break_even:,} steps"
+        )
         if self.speed is not None and self.speed.verdict != "faster":
             even = f"none this run can show (compiled is {self.speed.verdict}, not faster)"
         verdict = "yes" if self.matches else f"NO ({self.mismatch})"
-        lines = [f"{self.name} on {self.device}, backend {self.backend!r}",
-                 f"  first compiled call  {self.first_call_s:.3f} s  (compile + one run; {self.cache})",
-                 f"  eager step           {ms(self.eager)}",
-                 f"  compiled step        {ms(self.compiled)}",
-                 f"  steady speed-up      {self._speed_text()}",
-                 f"  break-even           {even}",
-                 f"  graphs / breaks      {self.graphs.graphs} / {self.graphs.breaks}",
-                 *[f"    {r}" for r in self.graphs.reasons],
-                 f"  matches eager        {verdict}: max |compiled - eager| = {self.max_abs_diff:.3g} "
-                 f"(torch.testing.assert_close, rtol {self.rtol:g}, atol {self.atol:g})"]
+        lines = [
+            f"{self.name} on {self.device}, backend {self.backend!r}",
+            f"  first compiled call  {self.first_call_s:.3f} s  (compile + one run; {self.cache})",
+            f"  eager step           {ms(self.eager)}",
+            f"  compiled step        {ms(self.compiled)}",
+            f"  steady speed-up      {self._speed_text()}",
+            f"  break-even           {even}",
+            f"  graphs / breaks      {self.graphs.graphs} / {self.graphs.breaks}",
+            *[f"    {r}" for r in self.graphs.reasons],
+            f"  matches eager        {verdict}: max |compiled - eager| = {self.max_abs_diff:.3g} "
+            f"(torch.testing.assert_close, rtol {self.rtol:g}, atol {self.atol:g})",
+        ]
         for mode, events in self.recompiles.items():
             count = sum(e.compiled for e in events)
             lines.append(f"  shapes, {mode:<8}    {count} compilation(s) for {len(events)} calls")
@@ -213,8 +235,9 @@ def _leaves(value: Any) -> list[torch.Tensor]:
     return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
-def _compare(compiled_out: Any, eager_out: Any, rtol: float | None, atol: float | None
-             ) -> tuple[bool, float, float, float, str]:
+def _compare(
+    compiled_out: Any, eager_out: Any, rtol: float | None, atol: float | None
+) -> tuple[bool, float, float, float, str]:
     from torch.testing._comparison import default_tolerances
 
     got, want = _leaves(compiled_out), _leaves(eager_out)
@@ -222,8 +245,14 @@ def _compare(compiled_out: Any, eager_out: Any, rtol: float | None, atol: float 
         default_rtol, default_atol = default_tolerances(*want) if want else (0.0, 0.0)
         rtol = default_rtol if rtol is None else rtol
         atol = default_atol if atol is None else atol
-    diff = max(((g.detach().double() - w.detach().double()).abs().max().item()
-                for g, w in zip(got, want, strict=False) if g.numel() and g.shape == w.shape), default=0.0)
+    diff = max(
+        (
+            (g.detach().double() - w.detach().double()).abs().max().item()
+            for g, w in zip(got, want, strict=False)
+            if g.numel() and g.shape == w.shape
+        ),
+        default=0.0,
+    )
     try:
         torch.testing.assert_close(compiled_out, eager_out, rtol=rtol, atol=atol)
     except AssertionError as exc:
@@ -231,10 +260,20 @@ def _compare(compiled_out: Any, eager_out: Any, rtol: float | None, atol: float 
     return True, diff, rtol, atol, ""
 
 
-def report(fn: Callable[..., Any], example_inputs: Sequence[Any], *, name: str | None = None,
-           shapes: Sequence[Sequence[Any]] | None = None, backend: str = "inductor",
-           mode: str | None = None, warmup: int = 3, iters: int = 10, rtol: float | None = None,
-           atol: float | None = None, max_seconds: float = 3.0) -> CompileReport:
+def report(
+    fn: Callable[..., Any],
+    example_inputs: Sequence[Any],
+    *,
+    name: str | None = None,
+    shapes: Sequence[Sequence[Any]] | None = None,
+    backend: str = "inductor",
+    mode: str | None = None,
+    warmup: int = 3,
+    iters: int = 10,
+    rtol: float | None = None,
+    atol: float | None = None,
+    max_seconds: float = 3.0,
+) -> CompileReport:
     """Compile ``fn`` and measure what it cost and what it bought, on its inputs' device.
 
     In order: graphs and graph breaks with their reasons (``torch._dynamo.explain``); the
@@ -254,7 +293,7 @@ def report(fn: Callable[..., Any], example_inputs: Sequence[Any], *, name: str |
     inputs = tuple(example_inputs)
     tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
     device = tensors[0].device if tensors else torch.device("cpu")
-    label = name or getattr(fn, "__name__", type(fn).__name__)
+    label = name or str(getattr(fn, "__name__", type(fn).__name__))
     graphs = graph_breaks(fn, *inputs)  # first: explain resets dynamo
     with torch.no_grad():
         eager_out = fn(*inputs)
@@ -269,25 +308,57 @@ def report(fn: Callable[..., Any], example_inputs: Sequence[Any], *, name: str |
         first = time.perf_counter() - start
         cache = _cache_outcome(before, _counters(), backend)
         with torch.no_grad():
-            speed = compare_speed(lambda: fn(*inputs), lambda: compiled(*inputs), device=device,
-                                  warmup=warmup, min_pairs=max(3, iters), max_pairs=max(3, iters) * 20,
-                                  max_seconds=max_seconds, names=("eager", "compiled"))
+            speed = compare_speed(
+                lambda: fn(*inputs),
+                lambda: compiled(*inputs),
+                device=device,
+                warmup=warmup,
+                min_pairs=max(3, iters),
+                max_pairs=max(3, iters) * 20,
+                max_seconds=max_seconds,
+                names=("eager", "compiled"),
+            )
     matches, diff, rtol, atol, why = _compare(compiled_out, eager_out, rtol, atol)
-    result = CompileReport(label, str(device), backend, first, speed.baseline, speed.tuned, graphs, cache,
-                           diff, matches, rtol, atol, why, speed=speed)
+    result = CompileReport(
+        label,
+        str(device),
+        backend,
+        first,
+        speed.baseline,
+        speed.tuned,
+        graphs,
+        cache,
+        diff,
+        matches,
+        rtol,
+        atol,
+        why,
+        speed=speed,
+    )
     if shapes:
         calls = [inputs, *[tuple(s) for s in shapes]]
         with quiet(), torch.no_grad():
             for other in calls[1:]:  # a recompiled graph is new code: time it and check it too
                 got, want = compiled(*other), fn(*other)  # (re)compiles here, untimed
                 ok, other_diff, *_ = _compare(got, want, rtol, atol)
-                other_speed = compare_speed(lambda o=other: fn(*o), lambda o=other: compiled(*o),
-                                            device=device, warmup=warmup, min_pairs=max(3, iters),
-                                            max_pairs=max(3, iters) * 20, max_seconds=max_seconds,
-                                            names=("eager", "compiled"))
-                result.shape_checks.append(ShapeCheck(
-                    tuple(tuple(t.shape) for t in other if isinstance(t, torch.Tensor)),
-                    other_speed, ok, other_diff))
+                other_speed = compare_speed(
+                    functools.partial(fn, *other),
+                    functools.partial(compiled, *other),
+                    device=device,
+                    warmup=warmup,
+                    min_pairs=max(3, iters),
+                    max_pairs=max(3, iters) * 20,
+                    max_seconds=max_seconds,
+                    names=("eager", "compiled"),
+                )
+                result.shape_checks.append(
+                    ShapeCheck(
+                        tuple(tuple(t.shape) for t in other if isinstance(t, torch.Tensor)),
+                        other_speed,
+                        ok,
+                        other_diff,
+                    )
+                )
         with torch.no_grad():
             result.recompiles = {m: recompiles(fn, calls, m) for m in ("auto", "dynamic")}
     return result

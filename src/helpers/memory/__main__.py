@@ -20,8 +20,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("track", "bench"):
         p = sub.add_parser(name)
-        p.add_argument("config", nargs="?", default="gpt2-small",
-                       help="course config: tiny, small-cpu, gpt2-small, gpt2-xl, gpt3-6.7b")
+        p.add_argument(
+            "config",
+            nargs="?",
+            default="gpt2-small",
+            help="course config: tiny, small-cpu, gpt2-small, gpt2-xl, gpt3-6.7b",
+        )
         p.add_argument("--batch", type=int, default=8)
         p.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: context)")
         p.add_argument("--optimizer", default="adamw")
@@ -33,23 +37,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--pairs must be at least 3 (an interval needs 3 pairs), got {args.pairs}")
     try:
         if args.command == "track":
-            print(track(args.config, args.optimizer, batch_size=args.batch, seq_len=args.seq,
-                        autocast=args.autocast))
+            print(
+                track(
+                    args.config,
+                    args.optimizer,
+                    batch_size=args.batch,
+                    seq_len=args.seq,
+                    autocast=args.autocast,
+                )
+            )
             return 0
         from ..bench import compare_speed
 
         track("tiny", batch_size=2, seq_len=8)  # imports and first-call costs, outside the timing
-        peaks = {}
+        peaks: dict[str, list[dict[str, int]]] = {}
 
         def tracked(label: str, fast: bool):
             def run() -> None:
-                peaks.setdefault(label, []).append(track(
-                    args.config, args.optimizer, batch_size=args.batch, seq_len=args.seq,
-                    autocast=args.autocast, _fast=fast).peak)
+                peaks.setdefault(label, []).append(
+                    track(
+                        args.config,
+                        args.optimizer,
+                        batch_size=args.batch,
+                        seq_len=args.seq,
+                        autocast=args.autocast,
+                        _fast=fast,
+                    ).peak
+                )
+
             return run
-        speed = compare_speed(tracked("stock MemTracker", False), tracked("step tracker", True), device="cpu",
-                              warmup=1, number=1, min_pairs=args.pairs, max_pairs=args.pairs,
-                              names=("stock MemTracker", "step tracker"))
+
+        speed = compare_speed(
+            tracked("stock MemTracker", False),
+            tracked("step tracker", True),
+            device="cpu",
+            warmup=1,
+            number=1,
+            min_pairs=args.pairs,
+            max_pairs=args.pairs,
+            names=("stock MemTracker", "step tracker"),
+        )
         print(speed)
         same = all(p == peaks["stock MemTracker"][0] for side in peaks.values() for p in side)
         print(f"identical peak breakdown in every run: {same}")

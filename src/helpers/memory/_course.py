@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._validate import count as _count
+from .._validate import unknown
 
 BLOCK_MODES = ("none", "full", "selective")
 
@@ -43,7 +44,7 @@ def block_saved_bytes(config, batch: int, seq_len: int, mode: str = "none") -> i
     cfg = _config(config)
     batch, seq_len = _count(batch=batch, seq_len=seq_len)
     if mode not in BLOCK_MODES:
-        raise ValueError(f"mode must be one of {', '.join(BLOCK_MODES)}, got {mode!r}")
+        raise unknown("mode", mode, BLOCK_MODES)
     e, sb = 4, seq_len * batch
     sbh = sb * cfg.d_model
     if mode == "full":
@@ -56,8 +57,10 @@ def block_saved_bytes(config, batch: int, seq_len: int, mode: str = "none") -> i
     scores = cfg.n_heads * seq_len * seq_len * batch
     if cfg.attention == "sdpa":
         if cfg.dropout:
-            raise NotImplementedError("the fused kernel's saved state with dropout is not modelled; "
-                                      "use attention='math' with dropout")
+            raise NotImplementedError(
+                "the fused kernel's saved state with dropout is not modelled; "
+                "use attention='math' with dropout"
+            )
         return kept + 4 * cfg.n_heads * sb  # log-sum-exp
     return kept + e * scores + (2 * e * scores if cfg.dropout else 0)
 

@@ -23,10 +23,12 @@ from .. import i18n
 from .._validate import flag as _flag
 from ..i18n import text, tr
 
-NOT_ON_CPU = ("not available on CPU: allocated / reserved / peak are statistics of PyTorch's CUDA "
-              "caching allocator, and there is no CUDA device here. On a CPU, measure the storage "
-              "saved for backward with memory.saved_tensor_bytes(...) or a whole step by category "
-              "with memory.track(..., fake=True).")
+NOT_ON_CPU = (
+    "not available on CPU: allocated / reserved / peak are statistics of PyTorch's CUDA "
+    "caching allocator, and there is no CUDA device here. On a CPU, measure the storage "
+    "saved for backward with memory.saved_tensor_bytes(...) or a whole step by category "
+    "with memory.track(..., fake=True)."
+)
 
 
 @dataclass
@@ -43,13 +45,17 @@ class CudaMemory:
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (ms since start, allocated)
 
     def __str__(self) -> str:
-        if not self.available:
-            return f"CUDA memory: {self.reason}"
+        before, after, reserved = self.allocated_before, self.allocated_after, self.reserved_after
+        peak = self.peak
+        if not self.available or before is None or after is None or peak is None or reserved is None:
+            return f"CUDA memory: {self.reason}"  # measured: every number is set
         mib = 2**20
-        text = (f"CUDA memory: allocated {self.allocated_before / mib:,.1f} MiB before, "
-                f"{self.allocated_after / mib:,.1f} MiB after; peak {self.peak / mib:,.1f} MiB; "
-                f"reserved {self.reserved_after / mib:,.1f} MiB "
-                f"({(self.reserved_after - self.allocated_after) / mib:,.1f} MiB cached, not leaked)")
+        text = (
+            f"CUDA memory: allocated {before / mib:,.1f} MiB before, "
+            f"{after / mib:,.1f} MiB after; peak {peak / mib:,.1f} MiB; "
+            f"reserved {reserved / mib:,.1f} MiB "
+            f"({(reserved - after) / mib:,.1f} MiB cached, not leaked)"
+        )
         if self.snapshot_path:
             text += f"\nsnapshot: {self.snapshot_path} (open it at https://pytorch.org/memory_viz)"
         return text
@@ -61,8 +67,9 @@ class CudaMemory:
         return plot_timeline(self.timeline, ax=ax, title=title, peak=self.peak)
 
 
-def timeline_from_snapshot(snapshot: dict[str, Any], device: int = 0,
-                           start_bytes: int = 0) -> list[tuple[float, int]]:
+def timeline_from_snapshot(
+    snapshot: dict[str, Any], device: int = 0, start_bytes: int = 0
+) -> list[tuple[float, int]]:
     """(time in ms from the first event, allocated bytes) after every alloc and free of
     ``snapshot["device_traces"][device]``, starting from ``start_bytes`` already allocated.
 
@@ -85,8 +92,9 @@ def timeline_from_snapshot(snapshot: dict[str, Any], device: int = 0,
     return points
 
 
-def plot_timeline(points: Sequence[tuple[float, int]], ax: Any = None, title: str = "",
-                  peak: int | None = None) -> Any:
+def plot_timeline(
+    points: Sequence[tuple[float, int]], ax: Any = None, title: str = "", peak: int | None = None
+) -> Any:
     """Step plot of allocated MiB over time."""
     import matplotlib.pyplot as plt
 
@@ -98,8 +106,9 @@ def plot_timeline(points: Sequence[tuple[float, int]], ax: Any = None, title: st
         ys = [b for _, b in points]
         ax.step(xs, [y / 2**20 for y in ys], where="post", lw=1.5, label=tr("allocated"))
     if peak is not None:
-        ax.axhline(peak / 2**20, color="tab:red", ls=":", lw=1,
-                   label=tr("peak {mib:,.0f} MiB", mib=peak / 2**20))
+        ax.axhline(
+            peak / 2**20, color="tab:red", ls=":", lw=1, label=tr("peak {mib:,.0f} MiB", mib=peak / 2**20)
+        )
     ax.set_xlabel(tr("time (ms)"))
     ax.set_ylabel(tr("allocated (MiB)"))
     ax.set_title(text(title) or tr("CUDA memory over one step"))
@@ -108,9 +117,14 @@ def plot_timeline(points: Sequence[tuple[float, int]], ax: Any = None, title: st
     return ax
 
 
-def cuda_memory(fn: Callable[[], Any], *, device: str | torch.device = "cuda",
-                snapshot: str | Path | None = "memory_snapshot.pickle", history: bool = True,
-                max_entries: int = 200_000) -> CudaMemory:
+def cuda_memory(
+    fn: Callable[[], Any],
+    *,
+    device: str | torch.device = "cuda",
+    snapshot: str | Path | None = "memory_snapshot.pickle",
+    history: bool = True,
+    max_entries: int = 200_000,
+) -> CudaMemory:
     """Measure ``fn()`` on a CUDA GPU: allocated before and after, reserved, and the peak.
 
     The peak statistics are reset first, so ``peak`` is this call's. With ``history`` the
@@ -142,8 +156,14 @@ def cuda_memory(fn: Callable[[], Any], *, device: str | torch.device = "cuda",
     finally:
         if recording:
             torch.cuda.memory._record_memory_history(enabled=None)
-    result = CudaMemory(True, "", before, torch.cuda.memory_allocated(dev),
-                        torch.cuda.memory_reserved(dev), torch.cuda.max_memory_allocated(dev))
+    result = CudaMemory(
+        True,
+        "",
+        before,
+        torch.cuda.memory_allocated(dev),
+        torch.cuda.memory_reserved(dev),
+        torch.cuda.max_memory_allocated(dev),
+    )
     if snap is not None:
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         result.timeline = timeline_from_snapshot(snap, index, before)

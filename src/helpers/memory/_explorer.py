@@ -41,19 +41,25 @@ def _llama_7b() -> ModelShape:
     # vocabulary 32000, untied input and output embeddings, RMSNorm weights only.
     L, h, f, V = 32, 4096, 11008, 32000
     n = 2 * V * h + L * (4 * h * h + 3 * h * f + 2 * h) + h
-    return ModelShape("Llama-style 7B", n, L, h, 32, V, 4096,
-                      "SwiGLU MLP: the GPT layer formula is an approximation for it")
+    return ModelShape(
+        "Llama-style 7B", n, L, h, 32, V, 4096, "SwiGLU MLP: the GPT layer formula is an approximation for it"
+    )
 
 
 def model_presets() -> dict[str, ModelShape]:
     """The course models, GPT-2 small / XL, GPT-3 6.7B and a Llama-style 7B."""
     out = {}
-    for key, label in [("tiny", "course tiny"), ("small-cpu", "course small-cpu"),
-                       ("gpt2-small", "GPT-2 small (124M)"), ("gpt2-xl", "GPT-2 XL (1.5B)"),
-                       ("gpt3-6.7b", "GPT-3 6.7B")]:
+    for key, label in [
+        ("tiny", "course tiny"),
+        ("small-cpu", "course small-cpu"),
+        ("gpt2-small", "GPT-2 small (124M)"),
+        ("gpt2-xl", "GPT-2 XL (1.5B)"),
+        ("gpt3-6.7b", "GPT-3 6.7B"),
+    ]:
         c = models.CONFIGS[key]
-        out[label] = ModelShape(label, c.num_params(), c.n_layers, c.d_model, c.n_heads, c.vocab_size,
-                                c.seq_len)
+        out[label] = ModelShape(
+            label, c.num_params(), c.n_layers, c.d_model, c.n_heads, c.vocab_size, c.seq_len
+        )
     llama = _llama_7b()
     out[llama.name] = llama
     return out
@@ -64,9 +70,19 @@ def _shard(n_bytes: int, zero_stage: int, dp: int) -> int:
     return -(-n_bytes // dp) if zero_stage >= 3 else n_bytes
 
 
-def estimate(shape: ModelShape, batch: int, seq_len: int, *, mixed_precision: bool = True,
-             optimizer: str = "adamw", zero_stage: int = 0, dp: int = 1, recompute: str = "none",
-             fused_attention: bool = True, overhead_bytes: float = 0) -> dict[str, Any]:
+def estimate(
+    shape: ModelShape,
+    batch: int,
+    seq_len: int,
+    *,
+    mixed_precision: bool = True,
+    optimizer: str = "adamw",
+    zero_stage: int = 0,
+    dp: int = 1,
+    recompute: str = "none",
+    fused_attention: bool = True,
+    overhead_bytes: float = 0,
+) -> dict[str, Any]:
     """The **peak** memory of one training step per rank, by part, and when it comes.
 
     Two moments compete (chapter 5, section 3, measures both with ``MemTracker``):
@@ -100,28 +116,59 @@ def estimate(shape: ModelShape, batch: int, seq_len: int, *, mixed_precision: bo
     state = {k: v for k, v in ledger.as_dict().items() if k != "total"}
     e = 2 if mixed_precision else 4
     sb, sbh = seq_len * batch, seq_len * batch * shape.hidden
-    full_layer = (activation_bytes(seq_len, batch, shape.hidden, shape.heads, "none", bytes_per_element=e,
-                                   dropout=False, fused_attention=fused_attention)
-                  + (4 * sbh if mixed_precision else 0) + 16 * sb)  # fp32 residual stream; LN statistics
+    full_layer = (
+        activation_bytes(
+            seq_len,
+            batch,
+            shape.hidden,
+            shape.heads,
+            "none",
+            bytes_per_element=e,
+            dropout=False,
+            fused_attention=fused_attention,
+        )
+        + (4 * sbh if mixed_precision else 0)
+        + 16 * sb
+    )  # fp32 residual stream; LN statistics
     if recompute == "full":
         per_layer = 4 * sbh  # the block's input: the residual stream, fp32
     else:
-        per_layer = (activation_bytes(seq_len, batch, shape.hidden, shape.heads, recompute,
-                                      bytes_per_element=e, dropout=False, fused_attention=fused_attention)
-                     + (4 * sbh if mixed_precision else 0) + 16 * sb)
+        per_layer = (
+            activation_bytes(
+                seq_len,
+                batch,
+                shape.hidden,
+                shape.heads,
+                recompute,
+                bytes_per_element=e,
+                dropout=False,
+                fused_attention=fused_attention,
+            )
+            + (4 * sbh if mixed_precision else 0)
+            + 16 * sb
+        )
     outside = 4 * sbh + 8 * sb + e * sbh + 8 * (2 * sb + seq_len)  # final LN in + stats, head in, ids
     logits = 4 * sb * shape.vocab
     loss_grads = 2 * logits
-    start = {**state, "gradients": 0, "activations": shape.layers * per_layer + outside, "logits": logits,
-             "temporaries": max(loss_grads, full_layer) if recompute == "full" else loss_grads}
+    start = {
+        **state,
+        "gradients": 0,
+        "activations": shape.layers * per_layer + outside,
+        "logits": logits,
+        "temporaries": max(loss_grads, full_layer) if recompute == "full" else loss_grads,
+    }
     if mixed_precision and recompute == "full":
         # the blocks' 16-bit weight copies are made inside the checkpointed region: recomputed,
         # not kept (the layers' matrices, 12·h² each as in a GPT layer)
         copies = _shard(2 * shape.layers * 12 * shape.hidden**2, zero_stage, dp)
         start["parameters"] -= min(start["parameters"], copies)
     adam = optimizer in ("adam", "adamw")
-    end = {**state, "activations": 0, "logits": 0,
-           "temporaries": 2 * 4 * shape.vocab * shape.hidden if adam else 0}
+    end = {
+        **state,
+        "activations": 0,
+        "logits": 0,
+        "temporaries": 2 * 4 * shape.vocab * shape.hidden if adam else 0,
+    }
     start_total, end_total = sum(start.values()), sum(end.values())
     out: dict[str, Any] = dict(start if start_total >= end_total else end)
     out["overhead"] = int(overhead_bytes)
@@ -130,14 +177,27 @@ def estimate(shape: ModelShape, batch: int, seq_len: int, *, mixed_precision: bo
     return out
 
 
-PARTS = (("parameters", "tab:blue"), ("gradients", "tab:orange"), ("optimizer_state", "tab:green"),
-         ("master_weights", "tab:olive"), ("activations", "tab:red"), ("logits", "tab:purple"),
-         ("temporaries", "tab:pink"), ("overhead", "tab:gray"))
+PARTS = (
+    ("parameters", "tab:blue"),
+    ("gradients", "tab:orange"),
+    ("optimizer_state", "tab:green"),
+    ("master_weights", "tab:olive"),
+    ("activations", "tab:red"),
+    ("logits", "tab:purple"),
+    ("temporaries", "tab:pink"),
+    ("overhead", "tab:gray"),
+)
 
 
-def plot_estimates(bars: dict[str, dict[str, int]], capacity: float | None = None, *,
-                   highlight: str | None = None, capacity_label: str = "", ax: Any = None,
-                   title: str = "") -> Any:
+def plot_estimates(
+    bars: dict[str, dict[str, int]],
+    capacity: float | None = None,
+    *,
+    highlight: str | None = None,
+    capacity_label: str = "",
+    ax: Any = None,
+    title: str = "",
+) -> Any:
     """Stacked bars (GB) of :func:`estimate` results, one per label, and a capacity line."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
@@ -158,8 +218,9 @@ def plot_estimates(bars: dict[str, dict[str, int]], capacity: float | None = Non
         top = max(top, bottom)
     if capacity is not None:
         ax.axhline(capacity / GB, color="black", ls="--", lw=1.2)
-        ax.annotate(text(capacity_label), (len(labels) - 0.5, capacity / GB), ha="right", va="bottom",
-                    fontsize=8)
+        ax.annotate(
+            text(capacity_label), (len(labels) - 0.5, capacity / GB), ha="right", va="bottom", fontsize=8
+        )
         top = max(top, capacity / GB)
     ax.set_ylim(0, top * 1.12)
     ax.set_xticks(range(len(labels)), [text(label) for label in labels], fontsize=8)
@@ -173,10 +234,16 @@ def plot_estimates(bars: dict[str, dict[str, int]], capacity: float | None = Non
 
 def _part(key: str) -> str:
     """A ledger part's name as shown ("optimizer_state" -> "optimizer state"), translated."""
-    names = {"parameters": tr("parameters"), "gradients": tr("gradients"),
-             "optimizer_state": tr("optimizer state"), "master_weights": tr("master weights"),
-             "activations": tr("activations"), "logits": tr("logits"), "temporaries": tr("temporaries"),
-             "overhead": tr("overhead (assumed)")}
+    names = {
+        "parameters": tr("parameters"),
+        "gradients": tr("gradients"),
+        "optimizer_state": tr("optimizer state"),
+        "master_weights": tr("master weights"),
+        "activations": tr("activations"),
+        "logits": tr("logits"),
+        "temporaries": tr("temporaries"),
+        "overhead": tr("overhead (assumed)"),
+    }
     return names.get(key, key.replace("_", " "))
 
 
@@ -187,108 +254,183 @@ class MemoryExplorer:
     nbconvert, GitHub) the output also carries a static PNG of the same view.
     """
 
-    def __init__(self, model: str = "GPT-2 XL (1.5B)", device: str = "A100 80GB SXM", batch: int = 8,
-                 seq_len: int = 1024) -> None:
+    def __init__(
+        self, model: str = "GPT-2 XL (1.5B)", gpu: str = "A100 80GB SXM", batch: int = 8, seq_len: int = 1024
+    ) -> None:
         import ipywidgets as w
 
         self._presets = model_presets()
         if model not in self._presets:
             raise unknown("model preset", model, self._presets)
-        spec = hardware.get_device(device)
+        spec = hardware.get_device(gpu)
         dd = {"style": {"description_width": "90px"}}
         self.model = w.Dropdown(options=list(self._presets), value=model, description=tr("model"), **dd)
-        self.device = w.Dropdown(options=list(hardware.DEVICES), value=spec.name, description="GPU", **dd)
-        self.precision = w.Dropdown(options=["bf16 mixed", "fp32"], value="bf16 mixed",
-                                    description=tr("precision"), **dd)
-        self.optimizer = w.Dropdown(options=list(OPTIMIZER_STATES), value="adamw",
-                                    description=tr("optimizer"), **dd)
-        self.recompute = w.Dropdown(options=list(RECOMPUTE), value="none", description=tr("recompute"),
-                                    **dd)
-        self.attention = w.Dropdown(options=["fused", "unfused"], value="fused",
-                                    description=tr("attention"), **dd)
-        self.batch = w.SelectionSlider(options=[2**i for i in range(9)], value=batch,
-                                       description=tr("batch"), **dd)
-        self.seq = w.SelectionSlider(options=[2**i for i in range(7, 16)], value=seq_len,
-                                     description=tr("seq_len"), **dd)
+        self.gpu = w.Dropdown(options=list(hardware.DEVICES), value=spec.name, description="GPU", **dd)
+        self.precision = w.Dropdown(
+            options=["bf16 mixed", "fp32"], value="bf16 mixed", description=tr("precision"), **dd
+        )
+        self.optimizer = w.Dropdown(
+            options=list(OPTIMIZER_STATES), value="adamw", description=tr("optimizer"), **dd
+        )
+        self.recompute = w.Dropdown(options=list(RECOMPUTE), value="none", description=tr("recompute"), **dd)
+        self.attention = w.Dropdown(
+            options=["fused", "unfused"], value="fused", description=tr("attention"), **dd
+        )
+        self.batch = w.SelectionSlider(
+            options=[2**i for i in range(9)], value=batch, description=tr("batch"), **dd
+        )
+        self.seq = w.SelectionSlider(
+            options=[2**i for i in range(7, 16)], value=seq_len, description=tr("seq_len"), **dd
+        )
         self.stage = w.IntSlider(value=0, min=0, max=3, description=tr("ZeRO stage"), **dd)
-        self.dp = w.SelectionSlider(options=[2**i for i in range(11)], value=8, description=tr("DP ranks"),
-                                    **dd)
-        self.overhead = w.SelectionSlider(options=[0.0, 0.5, 1.0, 2.0, 4.0], value=1.0,
-                                          description=tr("overhead GB"), **dd)
+        self.dp = w.SelectionSlider(
+            options=[2**i for i in range(11)], value=8, description=tr("DP ranks"), **dd
+        )
+        self.overhead = w.SelectionSlider(
+            options=[0.0, 0.5, 1.0, 2.0, 4.0], value=1.0, description=tr("overhead GB"), **dd
+        )
         self.row = w.HTML()
         self.out = w.Output()
-        controls = [self.model, self.device, self.precision, self.optimizer, self.recompute,
-                    self.attention, self.batch, self.seq, self.stage, self.dp, self.overhead]
-        self.box = w.VBox([w.HBox(controls[:3]), w.HBox(controls[3:6]), w.HBox(controls[6:8]),
-                           w.HBox(controls[8:]), self.row, self.out])
+        controls = [
+            self.model,
+            self.gpu,
+            self.precision,
+            self.optimizer,
+            self.recompute,
+            self.attention,
+            self.batch,
+            self.seq,
+            self.stage,
+            self.dp,
+            self.overhead,
+        ]
+        self.box = w.VBox(
+            [
+                w.HBox(controls[:3]),
+                w.HBox(controls[3:6]),
+                w.HBox(controls[6:8]),
+                w.HBox(controls[8:]),
+                self.row,
+                self.out,
+            ]
+        )
         for control in controls:
             control.observe(lambda _change: self.redraw(), names="value")
         self.redraw()
 
     def settings(self) -> dict[str, Any]:
-        return {"mixed_precision": self.precision.value != "fp32", "optimizer": self.optimizer.value,
-                "zero_stage": self.stage.value, "dp": self.dp.value,
-                "fused_attention": self.attention.value == "fused",
-                "overhead_bytes": self.overhead.value * GB}
+        return {
+            "mixed_precision": self.precision.value != "fp32",
+            "optimizer": self.optimizer.value,
+            "zero_stage": self.stage.value,
+            "dp": self.dp.value,
+            "fused_attention": self.attention.value == "fused",
+            "overhead_bytes": self.overhead.value * GB,
+        }
 
     def current(self, recompute: str | None = None) -> dict[str, Any]:
         """The estimate for the current controls (or another recompute mode)."""
         shape = self._presets[self.model.value]
-        return estimate(shape, self.batch.value, self.seq.value, recompute=recompute or self.recompute.value,
-                        **self.settings())
+        return estimate(
+            shape,
+            self.batch.value,
+            self.seq.value,
+            recompute=recompute or self.recompute.value,
+            **self.settings(),
+        )
 
     def _title(self) -> str:
-        return tr("{model} · batch {batch} × seq {seq} · {precision} · {optimizer} · ZeRO-{stage} × {dp} "
-                  "ranks · {attention} attention · recompute {recompute}", model=self.model.value,
-                  batch=self.batch.value, seq=self.seq.value, precision=self.precision.value,
-                  optimizer=self.optimizer.value, stage=self.stage.value, dp=self.dp.value,
-                  attention=self.attention.value, recompute=self.recompute.value)
+        return tr(
+            "{model} · batch {batch} × seq {seq} · {precision} · {optimizer} · ZeRO-{stage} × {dp} "
+            "ranks · {attention} attention · recompute {recompute}",
+            model=self.model.value,
+            batch=self.batch.value,
+            seq=self.seq.value,
+            precision=self.precision.value,
+            optimizer=self.optimizer.value,
+            stage=self.stage.value,
+            dp=self.dp.value,
+            attention=self.attention.value,
+            recompute=self.recompute.value,
+        )
 
     def figure(self) -> Any:
         import matplotlib.pyplot as plt
 
-        spec = hardware.get_device(self.device.value)
+        spec = hardware.get_device(self.gpu.value)
         bars = {mode: self.current(mode) for mode in RECOMPUTE}
         fig, ax = plt.subplots(figsize=(8.4, 4.2), layout="constrained")
-        plot_estimates({tr("recompute") + f"\n{m}": v for m, v in bars.items()}, spec.memory_gb * GB,
-                       highlight=tr("recompute") + f"\n{self.recompute.value}",
-                       capacity_label=f"{spec.name}: {spec.memory_gb:g} GB", ax=ax, title=self._title())
+        plot_estimates(
+            {tr("recompute") + f"\n{m}": v for m, v in bars.items()},
+            spec.memory_gb * GB,
+            highlight=tr("recompute") + f"\n{self.recompute.value}",
+            capacity_label=f"{spec.name}: {spec.memory_gb:g} GB",
+            ax=ax,
+            title=self._title(),
+        )
         plt.close(fig)
         return fig
 
     def redraw(self) -> None:
         from IPython.display import display
 
-        spec = hardware.get_device(self.device.value)
+        spec = hardware.get_device(self.gpu.value)
         total = self.current()["total"]
         room = spec.memory_gb * GB - total
-        verdict = (tr("fits, {room:,.1f} GB to spare", room=room / GB) if room >= 0
-                   else tr("does NOT fit: {over:,.1f} GB over", over=-room / GB))
+        verdict = (
+            tr("fits, {room:,.1f} GB to spare", room=room / GB)
+            if room >= 0
+            else tr("does NOT fit: {over:,.1f} GB over", over=-room / GB)
+        )
         now = self.current()
-        parts = ", ".join(f"{_part(k)} {v / GB:,.2f}" for k, v in now.items()
-                          if k not in ("total", "moment") and v)
-        moment = {"backward starts": tr("when the backward pass starts"),
-                  "optimizer step": tr("in the optimizer step")}[now["moment"]]
-        self.row.value = "<code>" + self._title() + "<br>" + tr(
-            "peak per GPU {total:,.2f} GB, {moment} ({parts} GB) on {device} ({capacity:g} GB, datasheet): "
-            "{verdict}", total=total / GB, moment=moment, parts=parts, device=spec.name,
-            capacity=spec.memory_gb, verdict=verdict) + "</code>"
+        parts = ", ".join(
+            f"{_part(k)} {v / GB:,.2f}" for k, v in now.items() if k not in ("total", "moment") and v
+        )
+        moment = {
+            "backward starts": tr("when the backward pass starts"),
+            "optimizer step": tr("in the optimizer step"),
+        }[now["moment"]]
+        self.row.value = (
+            "<code>"
+            + self._title()
+            + "<br>"
+            + tr(
+                "peak per GPU {total:,.2f} GB, {moment} ({parts} GB) on {device} "
+                "({capacity:g} GB, datasheet): {verdict}",
+                total=total / GB,
+                moment=moment,
+                parts=parts,
+                device=spec.name,
+                capacity=spec.memory_gb,
+                verdict=verdict,
+            )
+            + "</code>"
+        )
         self.out.clear_output(wait=True)
         with self.out:
             display(self.figure())
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict:
-        total, spec = self.current()["total"], hardware.get_device(self.device.value)
-        return with_static_fallback(self.box, self.figure(), tr(
-            "Memory explorer ({title}): {total:,.2f} GB per GPU vs {device} {capacity:g} GB",
-            title=self._title(), total=total / GB, device=spec.name, capacity=spec.memory_gb), **kwargs)
+        total, spec = self.current()["total"], hardware.get_device(self.gpu.value)
+        return with_static_fallback(
+            self.box,
+            self.figure(),
+            tr(
+                "Memory explorer ({title}): {total:,.2f} GB per GPU vs {device} {capacity:g} GB",
+                title=self._title(),
+                total=total / GB,
+                device=spec.name,
+                capacity=spec.memory_gb,
+            ),
+            **kwargs,
+        )
 
 
 def max_batch(shape: ModelShape, seq_len: int, capacity_bytes: float, **settings: Any) -> int:
     """Largest micro batch whose peak (:func:`estimate`) fits in ``capacity_bytes`` (0 if none
     does). The peak never falls as the batch grows, so a doubling search and then a bisection
     find it (the peak is not linear in the batch: the optimizer step's moment does not grow)."""
-    seq_len, = _count(seq_len=seq_len)
+    (seq_len,) = _count(seq_len=seq_len)
 
     def fits(b: int) -> bool:
         return estimate(shape, b, seq_len, **settings)["total"] <= capacity_bytes

@@ -87,8 +87,9 @@ class Ledger:
         return self.format()
 
 
-def model_state_bytes(n_params: int, optimizer: str = "adamw", mixed_precision: bool = True, *,
-                      zero_stage: int = 0, dp: int = 1) -> Ledger:
+def model_state_bytes(
+    n_params: int, optimizer: str = "adamw", mixed_precision: bool = True, *, zero_stage: int = 0, dp: int = 1
+) -> Ledger:
     """The model-state ledger of training ``n_params`` parameters, in bytes per rank.
 
     ``mixed_precision=True`` is the ZeRO paper's setting: 16-bit parameters and gradients,
@@ -112,17 +113,26 @@ def model_state_bytes(n_params: int, optimizer: str = "adamw", mixed_precision: 
         gradients = _shard(gradients, dp)
     if zero_stage >= 3:
         parameters = _shard(parameters, dp)
-    return Ledger(n_params, key, bool(mixed_precision), zero_stage, dp, parameters, gradients,
-                  states, master)
+    return Ledger(n_params, key, bool(mixed_precision), zero_stage, dp, parameters, gradients, states, master)
 
 
-def _activation_parts(seq_len: int, batch: int, hidden: int, heads: int, recompute: str,
-                      bytes_per_element: int, dropout: bool, fused_attention: bool, tp: int = 1,
-                      sequence_parallel: bool = False) -> tuple[int, int]:
+def _activation_parts(
+    seq_len: int,
+    batch: int,
+    hidden: int,
+    heads: int,
+    recompute: str,
+    bytes_per_element: int,
+    dropout: bool,
+    fused_attention: bool,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+) -> tuple[int, int]:
     seq_len, batch, hidden, heads, bytes_per_element, tp = _count(
-        seq_len=seq_len, batch=batch, hidden=hidden, heads=heads, bytes_per_element=bytes_per_element, tp=tp)
+        seq_len=seq_len, batch=batch, hidden=hidden, heads=heads, bytes_per_element=bytes_per_element, tp=tp
+    )
     if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+        raise unknown("recompute", recompute, RECOMPUTE)
     sbh = seq_len * batch * hidden
     e, mask = bytes_per_element, 1  # a dropout mask keeps 1 byte per element
     # under sequence parallelism the parts tensor parallelism leaves whole are split too
@@ -141,9 +151,19 @@ def _activation_parts(seq_len: int, batch: int, hidden: int, heads: int, recompu
     return linear, per_score * heads * seq_len * seq_len * batch // tp
 
 
-def activation_bytes(seq_len: int, batch: int, hidden: int, heads: int, recompute: str = "none", *,
-                     bytes_per_element: int = 2, dropout: bool = True,
-                     fused_attention: bool = False, tp: int = 1, sequence_parallel: bool = False) -> int:
+def activation_bytes(
+    seq_len: int,
+    batch: int,
+    hidden: int,
+    heads: int,
+    recompute: str = "none",
+    *,
+    bytes_per_element: int = 2,
+    dropout: bool = True,
+    fused_attention: bool = False,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+) -> int:
     """Bytes one transformer layer keeps for its backward pass, per tensor-parallel rank
     (Korthikanti et al. 2022, Table 2).
 
@@ -156,18 +176,47 @@ def activation_bytes(seq_len: int, batch: int, hidden: int, heads: int, recomput
     s·b·h·(34 + 5·a·s/h)/t, and ``"full"`` keeps 2·s·b·h/t.
     """
     _flag(dropout=dropout, fused_attention=fused_attention, sequence_parallel=sequence_parallel)
-    linear, attention = _activation_parts(seq_len, batch, hidden, heads, recompute,
-                                          bytes_per_element, dropout, fused_attention, tp, sequence_parallel)
+    linear, attention = _activation_parts(
+        seq_len,
+        batch,
+        hidden,
+        heads,
+        recompute,
+        bytes_per_element,
+        dropout,
+        fused_attention,
+        tp,
+        sequence_parallel,
+    )
     return linear + attention
 
 
-def activation_breakdown(seq_len: int, batch: int, hidden: int, heads: int, recompute: str = "none", *,
-                         bytes_per_element: int = 2, dropout: bool = True,
-                         fused_attention: bool = False, tp: int = 1, sequence_parallel: bool = False
-                         ) -> dict[str, int]:
+def activation_breakdown(
+    seq_len: int,
+    batch: int,
+    hidden: int,
+    heads: int,
+    recompute: str = "none",
+    *,
+    bytes_per_element: int = 2,
+    dropout: bool = True,
+    fused_attention: bool = False,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+) -> dict[str, int]:
     """:func:`activation_bytes` split into ``"linear"`` (terms in s·b·h: grow linearly with the
     sequence) and ``"attention"`` (the a·s²·b terms of the score matrices), plus ``"total"``."""
     _flag(dropout=dropout, fused_attention=fused_attention, sequence_parallel=sequence_parallel)
-    linear, attention = _activation_parts(seq_len, batch, hidden, heads, recompute,
-                                          bytes_per_element, dropout, fused_attention, tp, sequence_parallel)
+    linear, attention = _activation_parts(
+        seq_len,
+        batch,
+        hidden,
+        heads,
+        recompute,
+        bytes_per_element,
+        dropout,
+        fused_attention,
+        tp,
+        sequence_parallel,
+    )
     return {"linear": linear, "attention": attention, "total": linear + attention}

@@ -51,35 +51,43 @@ class OutOfMemory:
     def non_pytorch(self) -> int | None:
         """This process's memory that PyTorch's allocator does not hold: the CUDA context,
         libraries' workspaces, communication buffers."""
-        if None in (self.process_in_use, self.allocated, self.reserved_unallocated):
+        in_use, allocated, cached = self.process_in_use, self.allocated, self.reserved_unallocated
+        if in_use is None or allocated is None or cached is None:
             return None
-        return self.process_in_use - self.allocated - self.reserved_unallocated
+        return in_use - allocated - cached
 
     def format(self) -> str:
         """The numbers as a table, each with what it means, and the advice."""
+
         def gib(n: int | None) -> str:
             return "      n/a" if n is None else f"{n / 2**30:6.2f} GiB"
 
-        rows = [("requested", self.requested, "the allocation that failed"),
-                ("GPU capacity", self.capacity, "as the driver reports it"),
-                ("free on the GPU", self.free, "what the driver could still give"),
-                ("this process", self.process_in_use, "the three lines below"),
-                ("  live tensors", self.allocated, "allocated by PyTorch"),
-                ("  cached, unused", self.reserved_unallocated, "reserved by PyTorch but unallocated"),
-                ("  not PyTorch's", self.non_pytorch, "CUDA context, libraries' workspaces"),
-                ("other processes", self.other_processes, "on the same GPU")]
+        rows = [
+            ("requested", self.requested, "the allocation that failed"),
+            ("GPU capacity", self.capacity, "as the driver reports it"),
+            ("free on the GPU", self.free, "what the driver could still give"),
+            ("this process", self.process_in_use, "the three lines below"),
+            ("  live tensors", self.allocated, "allocated by PyTorch"),
+            ("  cached, unused", self.reserved_unallocated, "reserved by PyTorch but unallocated"),
+            ("  not PyTorch's", self.non_pytorch, "CUDA context, libraries' workspaces"),
+            ("other processes", self.other_processes, "on the same GPU"),
+        ]
         lines = [f"{name:<16} {gib(value)}  {meaning}" for name, value, meaning in rows]
         return "\n".join([*lines, f"reading: {self.advice()}"])
 
     def advice(self) -> str:
         """Which part to act on, in one line."""
         if self.requested and self.reserved_unallocated and self.reserved_unallocated >= self.requested:
-            return ("the allocator holds more cached memory than the request but in pieces too small "
-                    "for it: fragmentation; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+            return (
+                "the allocator holds more cached memory than the request but in pieces too small "
+                "for it: fragmentation; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+            )
         if self.other_processes:
             return "other processes hold memory on this GPU: free it or use another GPU"
-        return ("live tensors fill the memory: shrink the peak (a smaller micro batch, recomputation, "
-                "a chunked loss, ZeRO, offloading); emptying the cache would not help")
+        return (
+            "live tensors fill the memory: shrink the peak (a smaller micro batch, recomputation, "
+            "a chunked loss, ZeRO, offloading); emptying the cache would not help"
+        )
 
 
 #: An example message, written for this course in the format PyTorch 2.x prints (not from a real
@@ -89,7 +97,8 @@ EXAMPLE_OOM = (
     "of 79.19 GiB of which 2.31 GiB is free. Including non-PyTorch memory, this process has 76.88 GiB "
     "memory in use. Of the allocated memory 68.42 GiB is allocated by PyTorch, and 7.85 GiB is reserved "
     "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
-    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+)
 
 
 def read_oom(message: str) -> OutOfMemory:
@@ -100,7 +109,9 @@ def read_oom(message: str) -> OutOfMemory:
     for text that is not such a message."""
     if not isinstance(message, str) or "out of memory" not in message.lower():
         raise ValueError("give the text of a CUDA out-of-memory error (it starts 'CUDA out of memory')")
-    others = sum(_bytes(m) for m in re.finditer(r"Process \d+ has " + _NUMBER + " memory in use", message))
+    others = sum(
+        _bytes(m) or 0 for m in re.finditer(r"Process \d+ has " + _NUMBER + " memory in use", message)
+    )
     return OutOfMemory(
         requested=_bytes(re.search(r"Tried to allocate " + _NUMBER, message)),
         capacity=_bytes(re.search(r"total capac\w* of " + _NUMBER, message)),
@@ -108,7 +119,8 @@ def read_oom(message: str) -> OutOfMemory:
         process_in_use=_bytes(re.search(r"this process has " + _NUMBER + " memory in use", message)),
         allocated=_bytes(re.search(_NUMBER + " is allocated by PyTorch", message)),
         reserved_unallocated=_bytes(re.search(_NUMBER + " is reserved by PyTorch but unallocated", message)),
-        other_processes=others)
+        other_processes=others,
+    )
 
 
 def offload_seconds(n_bytes: float, link: str = "PCIe 4.0 x16") -> float:
@@ -146,17 +158,21 @@ class OffloadCost:
                 return "can hide behind the compute at any MFU"
             return f"hides only if the step's MFU is below {self.compute_seconds / t:.0%}"
 
-        return "\n".join([
-            f"{self.model}, recompute {self.recompute!r}, over {self.link}; compute at the {self.gpu} "
-            f"bf16 peak: {ms(self.compute_seconds).strip()} (no step is faster)",
-            f"  save_on_cpu:  {self.saved_bytes / 2**30:7.2f} GiB moved  -> {ms(self.saved_seconds)}, "
-            + verdict(self.saved_seconds),
-            f"  ZeRO-Offload: {self.zero_offload_gpu_bytes_freed / 2**30:7.2f} GiB freed  -> "
-            f"{ms(self.zero_offload_seconds)}, " + verdict(self.zero_offload_seconds)])
+        return "\n".join(
+            [
+                f"{self.model}, recompute {self.recompute!r}, over {self.link}; compute at the {self.gpu} "
+                f"bf16 peak: {ms(self.compute_seconds).strip()} (no step is faster)",
+                f"  save_on_cpu:  {self.saved_bytes / 2**30:7.2f} GiB moved  -> {ms(self.saved_seconds)}, "
+                + verdict(self.saved_seconds),
+                f"  ZeRO-Offload: {self.zero_offload_gpu_bytes_freed / 2**30:7.2f} GiB freed  -> "
+                f"{ms(self.zero_offload_seconds)}, " + verdict(self.zero_offload_seconds),
+            ]
+        )
 
 
-def offload_cost(shape: Any, batch: int, recompute: str = "none", link: str = "PCIe 5.0 x16",
-                 gpu: str = "H100 SXM") -> OffloadCost:
+def offload_cost(
+    shape: Any, batch: int, recompute: str = "none", link: str = "PCIe 5.0 x16", gpu: str = "H100 SXM"
+) -> OffloadCost:
     """Transfer time of offloading for one step of ``shape`` (a :class:`ModelShape` or a
     preset name from :func:`model_presets`) in bf16 with fused attention, against the step's
     model FLOPs at ``gpu``'s dense bf16 peak. Activations: every layer's saved tensors to the
@@ -174,29 +190,45 @@ def offload_cost(shape: Any, batch: int, recompute: str = "none", link: str = "P
         if shape not in presets:
             raise unknown("model", shape, presets)
         shape = presets[shape]
-    batch, = _count(batch=batch)
-    saved = shape.layers * activation_bytes(shape.seq_len, batch, shape.hidden, shape.heads, recompute,
-                                            bytes_per_element=2, fused_attention=True)
-    flops = batch * shape.seq_len * mfu.transformer_flops_per_token(
-        shape.n_params, shape.layers, shape.heads, shape.hidden // shape.heads, shape.seq_len)
+    (batch,) = _count(batch=batch)
+    saved = shape.layers * activation_bytes(
+        shape.seq_len, batch, shape.hidden, shape.heads, recompute, bytes_per_element=2, fused_attention=True
+    )
+    flops = (
+        batch
+        * shape.seq_len
+        * mfu.transformer_flops_per_token(
+            shape.n_params, shape.layers, shape.heads, shape.hidden // shape.heads, shape.seq_len
+        )
+    )
     device = get_device(gpu)
-    return OffloadCost(shape.name, link, device.name, recompute, saved, offload_seconds(saved, link),
-                       12 * shape.n_params, offload_seconds(2 * shape.n_params, link),
-                       flops / device.peak_flops["bf16"])
+    return OffloadCost(
+        shape.name,
+        link,
+        device.name,
+        recompute,
+        saved,
+        offload_seconds(saved, link),
+        12 * shape.n_params,
+        offload_seconds(2 * shape.n_params, link),
+        flops / device.peak_flops["bf16"],
+    )
 
 
 SCHEDULES = ("gpipe", "1f1b")
 
 
-def pipeline_activations(layer_bytes: int, layers: int, stages: int, microbatches: int,
-                         schedule: str = "1f1b") -> int:
+def pipeline_activations(
+    layer_bytes: int, layers: int, stages: int, microbatches: int, schedule: str = "1f1b"
+) -> int:
     """Activation bytes the first pipeline stage holds at its peak: its ``layers / stages``
     layers times the microbatches in flight, each layer keeping ``layer_bytes`` per microbatch.
     GPipe runs every forward first, so all ``microbatches`` are in flight; 1F1B starts a
     microbatch's backward as soon as it can, so the first stage holds at most ``stages``
     (Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters)."""
-    layer_bytes, layers, stages, microbatches = _count(layer_bytes=layer_bytes, layers=layers, stages=stages,
-                                                       microbatches=microbatches)
+    layer_bytes, layers, stages, microbatches = _count(
+        layer_bytes=layer_bytes, layers=layers, stages=stages, microbatches=microbatches
+    )
     if schedule not in SCHEDULES:
         raise unknown("schedule", schedule, SCHEDULES)
     in_flight = microbatches if schedule == "gpipe" else min(stages, microbatches)
@@ -214,8 +246,10 @@ class _ChunkedLossGPT(models.TinyGPT):
             return super().forward(idx, targets)
         b, s = idx.shape
         h, t = self.features(idx).reshape(b * s, -1), targets.reshape(b * s)
-        total = sum(checkpoint(self._slice_loss, hc, tc, use_reentrant=False)
-                    for hc, tc in zip(h.chunk(self.chunks), t.chunk(self.chunks), strict=True))
+        total = sum(
+            checkpoint(self._slice_loss, hc, tc, use_reentrant=False)
+            for hc, tc in zip(h.chunk(self.chunks), t.chunk(self.chunks), strict=True)
+        )
         return total / (b * s)
 
     def _slice_loss(self, h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -224,18 +258,31 @@ class _ChunkedLossGPT(models.TinyGPT):
 
 def chunked_loss_model(config: Any, chunks: int) -> models.TinyGPT:
     """A course model (freshly initialised) whose loss runs in ``chunks`` slices of tokens."""
-    chunks, = _count(chunks=chunks)
+    (chunks,) = _count(chunks=chunks)
     model = _ChunkedLossGPT(models.get_config(config))
     model.chunks = chunks
     return model
 
 
-def chunked_loss_peak(config: Any = "gpt2-small", batch: int = 8, seq_len: int | None = None,
-                      chunks: tuple[int, ...] = (1, 8), autocast: str | None = None) -> dict[int, Any]:
+def chunked_loss_peak(
+    config: Any = "gpt2-small",
+    batch: int = 8,
+    seq_len: int | None = None,
+    chunks: tuple[int, ...] = (1, 8),
+    autocast: str | None = None,
+) -> dict[int, Any]:
     """The peak of one training step (``memory.track``, fake tensors) with the loss computed in
     one piece and in slices: ``{chunks: StepMemory}``."""
     from ._track import track
 
     cfg = models.get_config(config)
-    return {k: track(lambda k=k: chunked_loss_model(cfg, k), "adamw", batch_size=batch,
-                     seq_len=seq_len or cfg.seq_len, autocast=autocast) for k in chunks}
+    return {
+        k: track(
+            lambda k=k: chunked_loss_model(cfg, k),
+            "adamw",
+            batch_size=batch,
+            seq_len=seq_len or cfg.seq_len,
+            autocast=autocast,
+        )
+        for k in chunks
+    }

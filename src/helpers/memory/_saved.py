@@ -34,9 +34,11 @@ class SavedBytes:
 
     def __str__(self) -> str:
         dtypes = ", ".join(f"{k} {v / 2**20:.3f}" for k, v in self.by_dtype.items())
-        return (f"saved for backward: activations {self.activations / 2**20:.3f} MiB at the peak "
-                f"({self.storages} storages, {self.tensors} saved tensors; by dtype MiB: {dtypes}); "
-                f"parameters referenced {self.parameters / 2**20:.3f} MiB")
+        return (
+            f"saved for backward: activations {self.activations / 2**20:.3f} MiB at the peak "
+            f"({self.storages} storages, {self.tensors} saved tensors; by dtype MiB: {dtypes}); "
+            f"parameters referenced {self.parameters / 2**20:.3f} MiB"
+        )
 
 
 class _Held:

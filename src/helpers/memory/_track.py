@@ -30,14 +30,22 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._validate import UnknownName, unknown
 from .._validate import count as _count
 from .._validate import flag as _flag
 from ..bench import resolve_device
 
 #: MemTracker's categories, renamed for the course.
-CATEGORIES = {"Parameter": "parameters", "Buffer": "buffers", "Gradient": "gradients",
-              "Optstate": "optimizer_state", "Activation": "activations", "Temp": "temporaries",
-              "Other": "inputs", "Total": "total"}
+CATEGORIES = {
+    "Parameter": "parameters",
+    "Buffer": "buffers",
+    "Gradient": "gradients",
+    "Optstate": "optimizer_state",
+    "Activation": "activations",
+    "Temp": "temporaries",
+    "Other": "inputs",
+    "Total": "total",
+}
 OPTIMIZERS = {
     "adamw": lambda params: torch.optim.AdamW(params, lr=1e-4, foreach=False),
     "adam": lambda params: torch.optim.Adam(params, lr=1e-4, foreach=False),
@@ -50,8 +58,10 @@ def _mem_tracker():
     try:
         from torch.distributed._tools.mem_tracker import MemTracker
     except ImportError as exc:  # torch.distributed missing from the build, or torch < 2.5
-        raise RuntimeError(f"memory.track needs torch.distributed._tools.mem_tracker (torch >= 2.5 "
-                           f"with torch.distributed); this is torch {torch.__version__}: {exc}") from exc
+        raise RuntimeError(
+            f"memory.track needs torch.distributed._tools.mem_tracker (torch >= 2.5 "
+            f"with torch.distributed); this is torch {torch.__version__}: {exc}"
+        ) from exc
     return MemTracker
 
 
@@ -69,7 +79,8 @@ def _step_tracker_class(fast: bool = True) -> type:
             self.highest: dict[Any, dict[Any, int]] = {}
 
         if fast:
-            def _update_peak_stats(self, peak_state: Any) -> None:  # noqa: ARG002 - MemTracker's signature
+
+            def _update_peak_stats(self, peak_state: Any) -> None:  # MemTracker's signature
                 for dev, snap in self._curr_mem_snap.items():
                     total = snap.get("Total", 0)
                     if self._peak_mem.get(dev, 0) < total:
@@ -143,16 +154,20 @@ class StepMemory:
     def format(self, unit: str = "GiB") -> str:
         div = {"MiB": 2**20, "GiB": 2**30, "GB": 1e9}[unit]
         kind = "fake tensors (nothing allocated)" if self.fake else "real tensors"
-        lines = [f"{self.model} ({self.n_params:,} parameters), batch {self.batch}, {kind} on "
-                 f"{self.device}, {len(self.steps)} step(s) tracked in {self.seconds:.1f} s",
-                 f"{'':<16} {'at peak':>10} {'highest':>10} {'after fwd':>10} {'at end':>10}   ({unit}, "
-                 "last step)"]
+        lines = [
+            f"{self.model} ({self.n_params:,} parameters), batch {self.batch}, {kind} on "
+            f"{self.device}, {len(self.steps)} step(s) tracked in {self.seconds:.1f} s",
+            f"{'':<16} {'at peak':>10} {'highest':>10} {'after fwd':>10} {'at end':>10}   ({unit}, "
+            "last step)",
+        ]
         last = self.steps[-1]
         for key in CATEGORIES.values():
             if key == "buffers" and not last.highest.get(key):
                 continue
-            lines.append(f"{key:<16} {last.peak[key] / div:>10.3f} {last.highest[key] / div:>10.3f} "
-                         f"{last.after_forward[key] / div:>10.3f} {last.end[key] / div:>10.3f}")
+            lines.append(
+                f"{key:<16} {last.peak[key] / div:>10.3f} {last.highest[key] / div:>10.3f} "
+                f"{last.after_forward[key] / div:>10.3f} {last.end[key] / div:>10.3f}"
+            )
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -160,10 +175,14 @@ class StepMemory:
         return self.format()
 
 
-def _default_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: Sequence[torch.Tensor],
-                  autocast: torch.dtype | None) -> None:
+def _default_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    inputs: Sequence[torch.Tensor],
+    autocast: torch.dtype | None,
+) -> None:
     device_type = inputs[0].device.type
-    with (torch.autocast(device_type, dtype=autocast) if autocast else contextlib.nullcontext()):
+    with torch.autocast(device_type, dtype=autocast) if autocast else contextlib.nullcontext():
         loss = model(*inputs)
     loss.backward()
     optimizer.step()
@@ -179,23 +198,27 @@ def _build(model: Any, fake: bool, device: torch.device) -> tuple[nn.Module, str
         with torch.device(device):
             return models.TinyGPT(cfg), cfg.name, cfg
     if isinstance(model, nn.Module):
-        cfg = getattr(model, "config", None)
+        own = getattr(model, "config", None)
         if fake:
-            raise TypeError("with fake=True pass a config name, a GPTConfig or a function that builds "
-                            "the model, so it is built from fake tensors; an already built model "
-                            "holds real memory")
-        return model, type(model).__name__, cfg if isinstance(cfg, models.GPTConfig) else None
+            raise TypeError(
+                "with fake=True pass a config name, a GPTConfig or a function that builds "
+                "the model, so it is built from fake tensors; an already built model "
+                "holds real memory"
+            )
+        return model, type(model).__name__, own if isinstance(own, models.GPTConfig) else None
     if callable(model):
         with torch.device(device):
             built = model()
         if not isinstance(built, nn.Module):
             raise TypeError(f"the model function returned {type(built).__name__}, not an nn.Module")
-        cfg = getattr(built, "config", None)  # a course model: batches can be made for it
-        if isinstance(cfg, models.GPTConfig):
-            return built, cfg.name, cfg
+        own = getattr(built, "config", None)  # a course model: batches can be made for it
+        if isinstance(own, models.GPTConfig):
+            return built, own.name, own
         return built, type(built).__name__, None
-    raise TypeError(f"model must be a config name, a GPTConfig, a function returning an nn.Module "
-                    f"or (fake=False) an nn.Module; got {type(model).__name__}")
+    raise TypeError(
+        f"model must be a config name, a GPTConfig, a function returning an nn.Module "
+        f"or (fake=False) an nn.Module; got {type(model).__name__}"
+    )
 
 
 def _optimizer_for(optimizer: Any, model: nn.Module) -> torch.optim.Optimizer:
@@ -204,20 +227,34 @@ def _optimizer_for(optimizer: Any, model: nn.Module) -> torch.optim.Optimizer:
     if isinstance(optimizer, str):
         key = optimizer.lower().replace("-", "_")
         if key not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)} "
-                             "or a function params -> torch.optim.Optimizer")
+            raise UnknownName(
+                f"{unknown('optimizer', optimizer, OPTIMIZERS)}, or give a function "
+                "params -> torch.optim.Optimizer"
+            )
         return OPTIMIZERS[key](model.parameters())
     if callable(optimizer):
         return optimizer(model.parameters())
-    raise TypeError(f"optimizer must be a name, a function params -> Optimizer or an Optimizer; "
-                    f"got {type(optimizer).__name__}")
+    raise TypeError(
+        f"optimizer must be a name, a function params -> Optimizer or an Optimizer; "
+        f"got {type(optimizer).__name__}"
+    )
 
 
-def track(model: Any, optimizer: Any = "adamw", step_fn: Callable[..., Any] | None = None, *,
-          fake: bool = True, batch_size: int = 8, seq_len: int | None = None,
-          inputs: Callable[[], Sequence[torch.Tensor]] | None = None, steps: int = 1,
-          prime: bool | None = None, device: str | torch.device = "auto", autocast: str | None = None,
-          _fast: bool = True) -> StepMemory:
+def track(
+    model: Any,
+    optimizer: Any = "adamw",
+    step_fn: Callable[..., Any] | None = None,
+    *,
+    fake: bool = True,
+    batch_size: int = 8,
+    seq_len: int | None = None,
+    inputs: Callable[[], Sequence[torch.Tensor]] | None = None,
+    steps: int = 1,
+    prime: bool | None = None,
+    device: str | torch.device = "auto",
+    autocast: str | None = None,
+    _fast: bool = True,
+) -> StepMemory:
     """Track the memory of whole training steps by category with ``MemTracker``.
 
     ``model``: a course config (``"gpt2-small"``, a :class:`helpers.models.GPTConfig`), a
@@ -246,9 +283,11 @@ def track(model: Any, optimizer: Any = "adamw", step_fn: Callable[..., Any] | No
     steps, batch_size = _count(steps=steps, batch_size=batch_size)
     if fake:
         if str(device) not in ("cpu", "auto"):
-            raise ValueError("fake=True tracks on the CPU device (fake tensors have no data, so the "
-                             f"device changes nothing but allocator rounding); got device={device!r}, "
-                             "use device='cpu'")
+            raise ValueError(
+                "fake=True tracks on the CPU device (fake tensors have no data, so the "
+                f"device changes nothing but allocator rounding); got device={device!r}, "
+                "use device='cpu'"
+            )
         dev = torch.device("cpu")
     else:
         dev = resolve_device(device)
@@ -274,8 +313,10 @@ def track(model: Any, optimizer: Any = "adamw", step_fn: Callable[..., Any] | No
             batch = tuple(torch.zeros(batch_size, s, dtype=torch.long, device=dev) for _ in range(2))
             shape = f"{batch_size} × {s} tokens"
         else:
-            raise ValueError("give inputs=, a function returning the step's input tensors, for a "
-                             "model that is not a course config")
+            raise ValueError(
+                "give inputs=, a function returning the step's input tensors, for a "
+                "model that is not a course config"
+            )
         opt = _optimizer_for(optimizer, built)
         if fake if prime is None else prime:
             _prime(built, opt)
@@ -292,8 +333,10 @@ def track(model: Any, optimizer: Any = "adamw", step_fn: Callable[..., Any] | No
                 result.steps.append(_step_result(tracker, built))
     result.seconds = time.perf_counter() - start
     if amp is not None:
-        result.notes.append(f"{autocast} autocast: weights stay fp32; the forward keeps 16-bit copies "
-                            "of them for the backward (filed as activations)")
+        result.notes.append(
+            f"{autocast} autocast: weights stay fp32; the forward keeps 16-bit copies "
+            "of them for the backward (filed as activations)"
+        )
     return result
 
 
@@ -314,6 +357,9 @@ def _step_result(tracker: Any, root: nn.Module) -> StepPeak:
             if getattr(state, "value", state) == "Post-Forward" and snaps:
                 after_forward = _one_device(snaps[-1])
     peak = _one_device(tracker.get_tracker_snapshot("peak"))
-    return StepPeak(_named(peak), _named(_one_device(tracker.highest) if tracker.fast else peak),
-                    _named(_one_device(tracker.get_tracker_snapshot("current"))),
-                    _named(after_forward))
+    return StepPeak(
+        _named(peak),
+        _named(_one_device(tracker.highest) if tracker.fast else peak),
+        _named(_one_device(tracker.get_tracker_snapshot("current"))),
+        _named(after_forward),
+    )

@@ -16,20 +16,23 @@ from .._validate import count as _count
 
 # --------------------------------------------------------------------------- counting FLOPs
 
+
 def _shape(t: Any) -> tuple[int, ...]:
     return tuple(t.shape) if hasattr(t, "shape") else tuple(t)
 
 
-def _sdpa_forward_flops(query: Any, key: Any, value: Any, *args: Any, out_val: Any = None,
-                        **kwargs: Any) -> int:
+def _sdpa_forward_flops(
+    query: Any, key: Any, value: Any, *args: Any, out_val: Any = None, **kwargs: Any
+) -> int:
     # (b, heads, s_q, d) @ (b, heads, d, s_k), then (b, heads, s_q, s_k) @ (b, heads, s_k, d_v)
     b, h, s_q, d_qk = _shape(query)
     s_k, d_v = _shape(key)[-2], _shape(value)[-1]
     return 2 * b * h * s_q * s_k * d_qk + 2 * b * h * s_q * s_k * d_v
 
 
-def _sdpa_backward_flops(grad_out: Any, query: Any, key: Any, value: Any, *args: Any,
-                         out_val: Any = None, **kwargs: Any) -> int:
+def _sdpa_backward_flops(
+    grad_out: Any, query: Any, key: Any, value: Any, *args: Any, out_val: Any = None, **kwargs: Any
+) -> int:
     # a fused backward recomputes the scores (1 GEMM), then 4 GEMMs for dP, dV, dQ, dK —
     # the same five products torch counts for its CUDA flash / efficient kernels
     b, h, s_q, d_qk = _shape(query)
@@ -45,7 +48,7 @@ _sdpa_backward_flops._get_raw = True  # type: ignore[attr-defined]
 
 # CPU attention kernels that some torch versions (2.13 among them) leave out of the
 # FlopCounterMode registry, so their FLOPs read as 0. Missing ones are added per counter.
-_MISSING_OPS = {
+_MISSING_OPS: dict[str, Callable[..., int]] = {
     "_scaled_dot_product_flash_attention_for_cpu": _sdpa_forward_flops,
     "_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_backward_flops,
     "_scaled_dot_product_fused_attention_overrideable": _sdpa_forward_flops,
@@ -55,7 +58,7 @@ _MISSING_OPS = {
 
 def _extra_formulas() -> dict[Any, Callable[..., int]]:
     registry = getattr(flop_counter, "flop_registry", {})
-    extra = {}
+    extra: dict[Any, Callable[..., int]] = {}
     for name, formula in _MISSING_OPS.items():
         packet = getattr(torch.ops.aten, name, None)
         if packet is not None and packet not in registry:

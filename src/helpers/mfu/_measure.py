@@ -7,6 +7,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -19,6 +20,7 @@ from ._counting import count_flops
 from ._formulas import dense_model_flops, hfu, mfu, model_flops_per_step, throughput, tokens_per_step
 
 # --------------------------------------------------------------------------- peaks and reports
+
 
 @dataclass(frozen=True)
 class Peak:
@@ -54,10 +56,14 @@ def device_peak(device: str | torch.device = "auto", dtype: str = "fp32", quick:
     # A peak is a best case: measure_device keeps the fastest timed run, since other processes
     # only ever slow a run down.
     median = 2 * measured.gemm_n**3 / run.median
-    return Peak(measured.gemm_flops[key], key, "measured",
-                f"fastest of {len(run.samples)} timed {measured.gemm_n}³ GEMMs on {measured.name} "
-                f"(median {median / 1e12:.4g} TFLOP/s, spread {run.spread:.0%})",
-                run.spread)
+    return Peak(
+        measured.gemm_flops[key],
+        key,
+        "measured",
+        f"fastest of {len(run.samples)} timed {measured.gemm_n}³ GEMMs on {measured.name} "
+        f"(median {median / 1e12:.4g} TFLOP/s, spread {run.spread:.0%})",
+        run.spread,
+    )
 
 
 @dataclass
@@ -117,12 +123,17 @@ def example_report() -> MFUReport:
     a100 = hardware.get_device("A100 80GB SXM")
     tokens = tokens_per_step(64, 1024)
     return MFUReport(
-        "gpt-125m-baseline", "A100-80GB, nvlink",
-        Peak(a100.peak("bf16"), "bf16", "datasheet", a100.source), 2,
+        "gpt-125m-baseline",
+        "A100-80GB, nvlink",
+        Peak(a100.peak("bf16"), "bf16", "datasheet", a100.source),
+        2,
         "layers=12, hidden=768, heads=12, seq=1024, global_batch=64",
-        "dp=2, tp=1, pp=1, activation_checkpoint=off", 0.42, tokens,
-        dense_model_flops(125e6, tokens), notes=["model FLOPs = 6·N·tokens (a rough estimate)",
-                                                 "example numbers, not a measurement"])
+        "dp=2, tp=1, pp=1, activation_checkpoint=off",
+        0.42,
+        tokens,
+        dense_model_flops(125e6, tokens),
+        notes=["model FLOPs = 6·N·tokens (a rough estimate)", "example numbers, not a measurement"],
+    )
 
 
 NOISY = 0.5  # a (max - min) / median spread above this makes a timing worth a warning
@@ -161,36 +172,62 @@ class TrainingRun:
 
     def report(self) -> MFUReport:
         c = self.config
-        spread = (f" (min {self.step.min:.4g}, max {self.step.max:.4g}, n={len(self.step.samples)}; "
-                  f"first call {self.step.first_call:.4g} s, not included)")
+        spread = (
+            f" (min {self.step.min:.4g}, max {self.step.max:.4g}, n={len(self.step.samples)}; "
+            f"first call {self.step.first_call:.4g} s, not included)"
+        )
         return MFUReport(
-            f"{c.name}-baseline", self.device_name, self.peak, 1,
+            f"{c.name}-baseline",
+            self.device_name,
+            self.peak,
+            1,
             f"layers={c.n_layers}, hidden={c.d_model}, heads={c.n_heads}, seq={self.seq_len}, "
             f"global_batch={self.batch_size}, compute={self.autocast or 'fp32'}",
-            "dp=1, tp=1, pp=1, activation_checkpoint=off", self.step.median, self.tokens_per_step,
-            self.model_flops_per_step, self.executed_flops_per_step, spread,
-            notes=["model FLOPs = (6·N + 12·L·H·Q·T)·tokens, N excludes the position table",
-                   "synthetic tokens; AdamW step included in the step time", *self.warnings()])
+            "dp=1, tp=1, pp=1, activation_checkpoint=off",
+            self.step.median,
+            self.tokens_per_step,
+            self.model_flops_per_step,
+            self.executed_flops_per_step,
+            spread,
+            notes=[
+                "model FLOPs = (6·N + 12·L·H·Q·T)·tokens, N excludes the position table",
+                "synthetic tokens; AdamW step included in the step time",
+                *self.warnings(),
+            ],
+        )
 
     def warnings(self) -> list[str]:
         """Why this MFU may not be trustworthy (large run-to-run spread), if it may not."""
         out = []
         if self.step.spread > NOISY:
-            out.append(f"step times spread {self.step.spread:.0%} around the median: a busy machine? "
-                       "rerun before trusting the third digit")
+            out.append(
+                f"step times spread {self.step.spread:.0%} around the median: a busy machine? "
+                "rerun before trusting the third digit"
+            )
         if self.mfu > 1:
-            out.append("MFU above 100% is impossible: the peak was measured low (a busy machine?) "
-                       "or the FLOPs are overcounted")
+            out.append(
+                "MFU above 100% is impossible: the peak was measured low (a busy machine?) "
+                "or the FLOPs are overcounted"
+            )
         if self.peak.spread is not None and self.peak.spread > NOISY:
-            out.append(f"the measured peak spread {self.peak.spread:.0%}: MFU is only as good as its "
-                       "denominator; rerun on a quiet machine")
+            out.append(
+                f"the measured peak spread {self.peak.spread:.0%}: MFU is only as good as its "
+                "denominator; rerun on a quiet machine"
+            )
         return out
 
 
-def measure_training(config: str | models.GPTConfig | None = None, batch_size: int = 8,
-                     seq_len: int | None = None, device: str | torch.device = "auto",
-                     autocast: str | None = "auto", warmup: int = 3, iters: int = 10,
-                     peak: Peak | None = None, quick: bool = True) -> TrainingRun:
+def measure_training(
+    config: str | models.GPTConfig | None = None,
+    batch_size: int = 8,
+    seq_len: int | None = None,
+    device: str | torch.device = "auto",
+    autocast: str | None = "auto",
+    warmup: int = 3,
+    iters: int = 10,
+    peak: Peak | None = None,
+    quick: bool = True,
+) -> TrainingRun:
     """Time the course model's training step on ``device``; count its FLOPs; compute MFU and HFU.
 
     ``autocast="auto"`` trains in bf16 autocast on a GPU and in fp32 on a CPU; the peak is
@@ -210,14 +247,30 @@ def measure_training(config: str | models.GPTConfig | None = None, batch_size: i
     executed = count_flops(step_fn)
     if peak is None:
         peak = device_peak(dev, autocast or "fp32", quick=quick)
-    name = (torch.cuda.get_device_name(dev) if dev.type == "cuda"
-            else f"CPU ({torch.get_num_threads()} threads)")
-    return TrainingRun(cfg, batch_size, seq_len, str(dev), autocast, run,
-                       model_flops_per_step(cfg, batch_size, seq_len), executed, peak, name)
+    name = (
+        torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    )
+    return TrainingRun(
+        cfg,
+        batch_size,
+        seq_len,
+        str(dev),
+        autocast,
+        run,
+        model_flops_per_step(cfg, batch_size, seq_len),
+        executed,
+        peak,
+        name,
+    )
 
 
-def sweep_seq_lens(seq_lens: Sequence[int], tokens_per_batch: int, config: str | models.GPTConfig,
-                   device: str | torch.device = "auto", iters: int = 10) -> list[dict[str, float]]:
+def sweep_seq_lens(
+    seq_lens: Sequence[int],
+    tokens_per_batch: int,
+    config: str | models.GPTConfig,
+    device: str | torch.device = "auto",
+    iters: int = 10,
+) -> list[dict[str, Any]]:
     """Time a training step at several sequence lengths holding tokens per step fixed.
 
     The lengths are timed in ``iters`` rounds: each round times one sample of every length, in
@@ -258,14 +311,23 @@ def sweep_seq_lens(seq_lens: Sequence[int], tokens_per_batch: int, config: str |
     rows = []
     for s, batch_size, samples, number in zip(seq_lens, batches, times, numbers, strict=True):
         t = statistics.median(samples)
-        rows.append({"seq_len": s, "batch_size": batch_size, "step_time_s": t,
-                     "step_time_min_s": min(samples), "step_time_max_s": max(samples),
-                     "step_times_s": samples, "steps_per_sample": number,
-                     "threads": torch.get_num_threads(), **throughput(t, batch_size, s)})
+        rows.append(
+            {
+                "seq_len": s,
+                "batch_size": batch_size,
+                "step_time_s": t,
+                "step_time_min_s": min(samples),
+                "step_time_max_s": max(samples),
+                "step_times_s": samples,
+                "steps_per_sample": number,
+                "threads": torch.get_num_threads(),
+                **throughput(t, batch_size, s),
+            }
+        )
     return rows
 
 
-def compare_sweep(rows: Sequence[dict[str, float]]) -> str:
+def compare_sweep(rows: Sequence[dict[str, Any]]) -> str:
     """Sentences on the sweep of :func:`sweep_seq_lens`: each length against the first one (a
     pair chosen before the timing, not the best and worst the samples happen to show), as a
     speed-up of tokens/s paired round by round, its 95 % interval and the verdict (faster /
@@ -278,15 +340,21 @@ def compare_sweep(rows: Sequence[dict[str, float]]) -> str:
     first = rows[0]
     lines = []
     for i in range(1, len(rows)):
-        ratios = [(tokens[i] / t) / (tokens[0] / t0)
-                  for t, t0 in zip(rows[i]["step_times_s"], first["step_times_s"], strict=True)]
+        ratios = [
+            (tokens[i] / t) / (tokens[0] / t0)
+            for t, t0 in zip(rows[i]["step_times_s"], first["step_times_s"], strict=True)
+        ]
         mid, low, high = interval(ratios)
         verdict = verdict_of(low, high)
         a, b = f"seq {rows[i]['seq_len']}", f"seq {first['seq_len']}"
-        head = {"faster": f"{a} trains faster than {b}", "slower": f"{a} trains slower than {b}",
-                "within noise": f"no difference between {a} and {b} beyond the noise"}[verdict]
-        lines.append(f"{head}: tokens/s {mid:.2f}x (95 % interval {low:.2f}x to {high:.2f}x) over "
-                     f"{len(ratios)} rounds")
+        head = {
+            "faster": f"{a} trains faster than {b}",
+            "slower": f"{a} trains slower than {b}",
+            "within noise": f"no difference between {a} and {b} beyond the noise",
+        }[verdict]
+        lines.append(
+            f"{head}: tokens/s {mid:.2f}x (95 % interval {low:.2f}x to {high:.2f}x) over {len(ratios)} rounds"
+        )
     threads = first.get("threads")
     tail = f" ({threads} CPU thread{'s' * (threads != 1)})" if threads else ""
     return "\n".join(lines) + tail

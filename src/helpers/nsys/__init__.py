@@ -14,8 +14,13 @@
   ``nvtx_kern_sum``), since an NVTX range itself measures host time.
 
 Nsight Systems is usually not installed (and a CPU cannot be profiled for CUDA work): the
-package ships EXAMPLE outputs in nsys's formats, written by :func:`make_nsys_examples` from a
-described synthetic workload. They are labelled as examples everywhere; they are not captures.
+package ships EXAMPLE outputs in nsys's formats (:func:`example_path`), written by the course's
+``scripts/make_nsys_examples.py`` from a described synthetic workload
+(:func:`describe_example`). They are labelled as examples everywhere; they are not captures.
+
+The parts: :mod:`._commands` (command lines), :mod:`._table` (the :class:`Table` type),
+:mod:`._stats_csv` and :mod:`._sqlite` (the two readers), :mod:`._analysis` (the first
+questions), :mod:`._examples` (the shipped example data) and :mod:`._capture` (a real capture).
 """
 
 from __future__ import annotations
@@ -32,16 +37,7 @@ from ._analysis import (  # noqa: F401
     step_buckets,
     top_kernel,
 )
-from ._capture import (  # noqa: F401
-    DATA,
-    EXAMPLE_SCENARIOS,
-    Capture,
-    capture_demo,
-    describe_example,
-    example_or_capture,
-    example_path,
-    make_nsys_examples,
-)
+from ._capture import Capture, capture_demo, example_or_capture  # noqa: F401
 from ._commands import (  # noqa: F401
     DEFAULT_REPORTS,
     DEFAULT_TRACE,
@@ -53,14 +49,7 @@ from ._commands import (  # noqa: F401
     stats_command,
     supports_trace,
 )
-from ._tables import (  # noqa: F401
-    EXAMPLE_NOTE,
-    MEMCPY_KINDS,
-    MEMORY_KINDS,
-    Table,
-    api_name,
-    parse_stats_csv,
-    read_sqlite,
-    read_stats_csv,
-    summarize,
-)
+from ._examples import DATA, EXAMPLE_NOTE, EXAMPLE_SCENARIOS, describe_example, example_path  # noqa: F401
+from ._sqlite import MEMCPY_KINDS, MEMORY_KINDS, api_name, read_sqlite  # noqa: F401
+from ._stats_csv import parse_stats_csv, read_stats_csv  # noqa: F401
+from ._table import Table, summarize  # noqa: F401

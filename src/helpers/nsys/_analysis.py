@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import i18n
 from ..i18n import tr
-from ._tables import Table, summarize
+from ._table import Table, summarize
 
 # =========================================================================== first questions
 
@@ -37,8 +37,10 @@ def top_kernel(kern: Table, mem: Table | None = None) -> tuple[str, float]:
 def _range_total(nvtx: Table, name: str) -> float:
     names = [str(n) for n in nvtx["name"]]
     if name not in names:
-        raise ValueError(f"The nvtx_sum table has no {name!r} range (it has {names}); annotate each "
-                         "training step with an NVTX range named 'step'.")
+        raise ValueError(
+            f"The nvtx_sum table has no {name!r} range (it has {names}); annotate each "
+            "training step with an NVTX range named 'step'."
+        )
     return float(nvtx["total_ns"][names.index(name)])
 
 
@@ -57,10 +59,13 @@ def step_buckets(kern: Table, mem: Table, nvtx: Table, step_range: str = "step")
     m_names = [str(n).lower() for n in mem["name"]] if len(mem) else []
     m_tot = np.asarray(mem["total_ns"], dtype=float) if len(mem) else np.zeros(0)
     busy = float(k_tot.sum()) + float(m_tot.sum())
-    return {"gemm/attention": gemm, "other kernels": float(k_tot.sum()) - gemm,
-            "memcpy": float(sum(t for n, t in zip(m_names, m_tot, strict=True) if "memcpy" in n)),
-            "memset": float(sum(t for n, t in zip(m_names, m_tot, strict=True) if "memset" in n)),
-            "gpu idle": max(0.0, _range_total(nvtx, step_range) - busy)}
+    return {
+        "gemm/attention": gemm,
+        "other kernels": float(k_tot.sum()) - gemm,
+        "memcpy": float(sum(t for n, t in zip(m_names, m_tot, strict=True) if "memcpy" in n)),
+        "memset": float(sum(t for n, t in zip(m_names, m_tot, strict=True) if "memset" in n)),
+        "gpu idle": max(0.0, _range_total(nvtx, step_range) - busy),
+    }
 
 
 def api_time(api: Table) -> dict[str, float]:
@@ -80,14 +85,23 @@ def dominant_bucket(buckets: dict[str, float]) -> str:
 
 def _gpu_events(db: dict[str, Table]) -> list[tuple[int, int, int, str]]:
     """(correlation id, start, end, name) of every kernel, copy and memset in a database."""
-    events = [(int(c), int(s), int(e), str(n)) for c, s, e, n in zip(
-        db["kernels"]["correlation_id"], db["kernels"]["start"], db["kernels"]["end"],
-        db["kernels"]["short_name"], strict=True)]
+    events = [
+        (int(c), int(s), int(e), str(n))
+        for c, s, e, n in zip(
+            db["kernels"]["correlation_id"],
+            db["kernels"]["start"],
+            db["kernels"]["end"],
+            db["kernels"]["short_name"],
+            strict=True,
+        )
+    ]
     for kind in ("memcpy", "memset"):
         table = db.get(kind)
         if table is not None and len(table) and "correlation_id" in table:
-            events += [(int(c), int(s), int(e), f"[{kind}]") for c, s, e in zip(
-                table["correlation_id"], table["start"], table["end"], strict=True)]
+            events += [
+                (int(c), int(s), int(e), f"[{kind}]")
+                for c, s, e in zip(table["correlation_id"], table["start"], table["end"], strict=True)
+            ]
     return events
 
 
@@ -123,19 +137,28 @@ def nvtx_gpu_projection(db: dict[str, Table]) -> Table:
         row["proj_ns"] += max(e for _, e, _ in launched) - min(s for s, _, _ in launched)
         row["gpu_ops"] += len(launched)
     ordered = sorted(rows.values(), key=lambda r: -r["proj_ns"])
-    return Table.from_rows("nvtx_gpu_proj_sum", ordered, ["name", "count", "range_ns", "proj_ns", "gpu_ops"],
-                           db["nvtx"].meta)
+    return Table.from_rows(
+        "nvtx_gpu_proj_sum", ordered, ["name", "count", "range_ns", "proj_ns", "gpu_ops"], db["nvtx"].meta
+    )
 
 
 def kernels_by_range(db: dict[str, Table], range_name: str) -> Table:
     """Kernels launched inside NVTX ranges named ``range_name``, summarized like
     ``cuda_gpu_kern_sum`` (what ``nsys stats --report nvtx_kern_sum`` shows per range)."""
-    found = [ev for name, _, _, launched in _launched_in(db) if name == range_name
-             for ev in launched if not ev[2].startswith("[")]
+    found = [
+        ev
+        for name, _, _, launched in _launched_in(db)
+        if name == range_name
+        for ev in launched
+        if not ev[2].startswith("[")
+    ]
     if not found and range_name not in set(map(str, db["nvtx"]["name"])):
         raise ValueError(f"No NVTX range named {range_name!r} in this database.")
-    events = Table("kernels", {"name": [n for _, _, n in found],
-                               "duration_ns": [e - s for s, e, _ in found]}, db["kernels"].meta)
+    events = Table(
+        "kernels",
+        {"name": [n for _, _, n in found], "duration_ns": [e - s for s, e, _ in found]},
+        db["kernels"].meta,
+    )
     return summarize(events, report=f"kernels in {range_name!r} ranges")
 
 
@@ -152,22 +175,26 @@ def plot_step(db: dict[str, Table], step: int = 0, ax: Any = None) -> Any:
     i18n.for_plot()
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 3.2))
-    lanes = [("NVTX " + n, nv.take(nv["name"] == n), "tab:purple")
-             for n in ("step", "dataloader", "forward", "backward", "optimizer")]
-    lanes += [("CUDA API", db["runtime"], "tab:orange"), (tr("GPU kernels"), db["kernels"], "tab:blue"),
-              ("GPU memcpy", db["memcpy"], "tab:red")]
+    lanes = [
+        ("NVTX " + n, nv.take(nv["name"] == n), "tab:purple")
+        for n in ("step", "dataloader", "forward", "backward", "optimizer")
+    ]
+    lanes += [
+        ("CUDA API", db["runtime"], "tab:orange"),
+        (tr("GPU kernels"), db["kernels"], "tab:blue"),
+        ("GPU memcpy", db["memcpy"], "tab:red"),
+    ]
     for y, (_, table, color) in enumerate(lanes):
-        keep = (table["start"] < t1) & (table["end"] > t0) if len(table) else []
-        part = table.take(keep) if len(table) else table
+        part = table.take((table["start"] < t1) & (table["end"] > t0)) if len(table) else table
         if len(part):
-            ax.broken_barh([((s - t0) / 1e6, (e - s) / 1e6) for s, e in zip(part["start"], part["end"],
-                                                                             strict=True)],
-                           (y - 0.4, 0.8), color=color)
+            ax.broken_barh(
+                [((s - t0) / 1e6, (e - s) / 1e6) for s, e in zip(part["start"], part["end"], strict=True)],
+                (y - 0.4, 0.8),
+                color=color,
+            )
     ax.set_yticks(range(len(lanes)), [lane[0] for lane in lanes])
     ax.invert_yaxis()
     ax.set_xlabel(tr("ms from the start of the step"))
     tag = tr(" (EXAMPLE data, synthetic)") if nv.meta.get("example") else ""
     ax.set_title(tr("NVTX step {step}", step=step) + tag)
     return ax
-
-

@@ -1,4 +1,4 @@
-"""Example data in nsys's formats, and a real capture where nsys and a GPU are here."""
+"""A real capture where nsys and a GPU are here, else the shipped EXAMPLE files."""
 
 from __future__ import annotations
 
@@ -10,47 +10,8 @@ from pathlib import Path
 
 from .._validate import flag as _flag
 from ._commands import Command, export_command, nsys_available, profile_command, stats_command
+from ._examples import example_path
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-
-
-
-# =========================================================================== example data
-
-EXAMPLE_SCENARIOS = ("compute", "memcpy", "launch")
-
-
-def example_path(scenario: str = "compute", kind: str = "stats") -> Path:
-    """Path of a shipped EXAMPLE file: ``kind="stats"`` (nsys stats CSV) or ``"sqlite"``.
-
-    Synthetic data in nsys's formats (see ``data/nsys_example_README.md``), not a capture.
-    """
-    if scenario not in EXAMPLE_SCENARIOS:
-        raise ValueError(f"Unknown example {scenario!r}; choose one of {EXAMPLE_SCENARIOS}.")
-    if kind not in ("stats", "sqlite"):
-        raise ValueError(f"kind={kind!r}: use 'stats' (the CSV) or 'sqlite' (the export).")
-    suffix = "stats.csv" if kind == "stats" else "export.sqlite"
-    return DATA / f"nsys_example_{scenario}_{suffix}"
-
-
-def describe_example(scenario: str) -> str:
-    """What the synthetic workload of an example is."""
-    from ._make_examples import SCENARIOS
-
-    if scenario not in SCENARIOS:
-        raise ValueError(f"Unknown example {scenario!r}; choose one of {EXAMPLE_SCENARIOS}.")
-    return SCENARIOS[scenario].description
-
-
-def make_nsys_examples(out_dir: str | Path = DATA) -> list[Path]:
-    """(Re)write the example files: for each scenario an ``nsys export`` SQLite database and the
-    ``nsys stats --format csv`` output computed from it. Deterministic (seeded)."""
-    from ._make_examples import write_examples
-
-    return write_examples(Path(out_dir))
-
-
-# =========================================================================== a real capture
 
 @dataclass
 class Capture:
@@ -62,16 +23,24 @@ class Capture:
     commands: list[Command] = field(default_factory=list)
 
 
-def capture_demo(workdir: str | Path | None = None, steps: int = 20, first: int = 10, last: int = 14,
-                 timeout_s: int = 120) -> Capture:
+def capture_demo(
+    workdir: str | Path | None = None, steps: int = 20, first: int = 10, last: int = 14, timeout_s: int = 120
+) -> Capture:
     """Profile ``python -m helpers.nvtx`` (an annotated loop with a cudaProfilerApi window) with
     nsys, then write its stats CSV and SQLite export. Needs ``nsys`` on PATH and a CUDA GPU."""
     if not nsys_available():
         raise RuntimeError("nsys is not on PATH: install Nsight Systems, or use helpers.nsys.example_path().")
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="trainperf-nsys-"))
     work.mkdir(parents=True, exist_ok=True)
-    prof = profile_command("-m", "helpers.nvtx", f"--steps={steps}", f"--first={first}", f"--last={last}",
-                           output=str(work / "trace_step"), python=sys.executable)
+    prof = profile_command(
+        "-m",
+        "helpers.nvtx",
+        f"--steps={steps}",
+        f"--first={first}",
+        f"--last={last}",
+        output=str(work / "trace_step"),
+        python=sys.executable,
+    )
     report = work / "trace_step.nsys-rep"
     stats, export = stats_command(str(report)), export_command(str(report))
     for cmd in (prof, export):
@@ -105,5 +74,8 @@ def example_or_capture(scenario: str = "compute", try_capture: bool = True) -> t
             return cap.stats_csv, cap.sqlite, f"a real nsys capture in {cap.report.parent}"
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             reason = f"the nsys capture failed ({str(err)[:160]})"
-    return (example_path(scenario, "stats"), example_path(scenario, "sqlite"),
-            f"EXAMPLE data in nsys's format (synthetic workload {scenario!r}, not a capture): {reason}")
+    return (
+        example_path(scenario, "stats"),
+        example_path(scenario, "sqlite"),
+        f"EXAMPLE data in nsys's format (synthetic workload {scenario!r}, not a capture): {reason}",
+    )

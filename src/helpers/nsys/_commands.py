@@ -17,8 +17,8 @@ DEFAULT_TRACE = ("cuda", "nvtx", "osrt", "cublas", "cudnn")  # one process
 DEFAULT_REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "nvtx_sum")
 
 
-
 # =========================================================================== command lines
+
 
 @dataclass(frozen=True)
 class Command:
@@ -36,7 +36,8 @@ class Command:
             body = self.argv[-1].replace("; then ", "; then\n    ").replace("; else ", "\n  else\n    ")
             body = body.replace("; fi", "\n  fi")
             return f"{shlex.join(self.argv[:-1])} '\n  {body}'"
-        parts, lines = [shlex.quote(a) for a in self.argv], []
+        parts = [shlex.quote(a) for a in self.argv]
+        lines: list[str] = []
         for part in parts:
             if lines and not part.startswith("-"):
                 lines[-1] += " " + part
@@ -78,15 +79,23 @@ def supports_trace(name: str, nsys: str = "nsys") -> bool | None:
         return None
     done = subprocess.run([nsys, "profile", "--help"], capture_output=True, text=True, timeout=60)
     text = done.stdout + done.stderr
-    section = text[text.find("--trace"):][:2000] if "--trace" in text else text
+    section = text[text.find("--trace") :][:2000] if "--trace" in text else text
     return re.search(rf"\b{re.escape(name)}\b", section) is not None
 
 
-def profile_command(script: str, *script_args: str, output: str = "trace_step",
-                    nproc_per_node: int = 1, per_rank: bool = True,
-                    capture_range: str | None = "cudaProfilerApi", nvtx_capture: str | None = None,
-                    trace: Iterable[str] | None = None, python: str = "python",
-                    sample: str = "none", ranks: Sequence[int] | None = None) -> Command:
+def profile_command(
+    script: str,
+    *script_args: str,
+    output: str = "trace_step",
+    nproc_per_node: int = 1,
+    per_rank: bool = True,
+    capture_range: str | None = "cudaProfilerApi",
+    nvtx_capture: str | None = None,
+    trace: Iterable[str] | None = None,
+    python: str = "python",
+    sample: str = "none",
+    ranks: Sequence[int] | None = None,
+) -> Command:
     """``nsys profile`` for ``python script args``.
 
     - ``nproc_per_node=1``: ``nsys profile <options> python script``.
@@ -119,42 +128,59 @@ def profile_command(script: str, *script_args: str, output: str = "trace_step",
         options.append(f"--capture-range={capture_range}")
         if capture_range == "nvtx":
             if not nvtx_capture or any(ch.isspace() for ch in nvtx_capture):
-                raise ValueError("capture_range='nvtx' needs nvtx_capture='<range name>' (e.g. 'step'), "
-                                 "the NVTX range whose start and end bound the capture.")
-            options += [f"--nvtx-capture={nvtx_capture}",
-                        "--env-var=NSYS_NVTX_PROFILER_REGISTER_ONLY=0"]
+                raise ValueError(
+                    "capture_range='nvtx' needs nvtx_capture='<range name>' (e.g. 'step'), "
+                    "the NVTX range whose start and end bound the capture."
+                )
+            options += [f"--nvtx-capture={nvtx_capture}", "--env-var=NSYS_NVTX_PROFILER_REGISTER_ONLY=0"]
         options.append("--capture-range-end=stop")
     options.append("--force-overwrite=true")
     program = [python, script, *script_args]
     if ranks is not None:
         if not multi or not per_rank:
-            raise ValueError("ranks=... picks ranks of a torchrun job: give nproc_per_node > 1 "
-                             "and per_rank=True.")
+            raise ValueError(
+                "ranks=... picks ranks of a torchrun job: give nproc_per_node > 1 and per_rank=True."
+            )
         chosen = sorted(set(ranks))
-        if not chosen or any(isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < nproc_per_node
-                             for r in chosen):
+        if not chosen or any(
+            isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < nproc_per_node for r in chosen
+        ):
             raise ValueError(f"ranks={ranks!r}: give ranks between 0 and {nproc_per_node - 1}.")
         test = " || ".join(f'[ "$RANK" = {r} ]' for r in chosen)
         nsys_part = _words(["nsys", "profile", *options, f"--output={output}_rank%q{{RANK}}", *program])
         wrapper = f"if {test}; then exec {nsys_part}; else exec {_words(program)}; fi"
-        return Command(["torchrun", f"--nproc_per_node={nproc_per_node}", "--no-python",
-                        "bash", "-c", wrapper])
+        return Command(
+            ["torchrun", f"--nproc_per_node={nproc_per_node}", "--no-python", "bash", "-c", wrapper]
+        )
     if multi and per_rank:
         options.append(f"--output={output}_rank%q{{RANK}}")
-        argv = ["torchrun", f"--nproc_per_node={nproc_per_node}", "--no-python",
-                "nsys", "profile", *options, *program]
+        argv = [
+            "torchrun",
+            f"--nproc_per_node={nproc_per_node}",
+            "--no-python",
+            "nsys",
+            "profile",
+            *options,
+            *program,
+        ]
     elif multi:
         options.append(f"--output={output}")
-        argv = ["nsys", "profile", *options, "torchrun", f"--nproc_per_node={nproc_per_node}",
-                script, *script_args]
+        argv = [
+            "nsys",
+            "profile",
+            *options,
+            "torchrun",
+            f"--nproc_per_node={nproc_per_node}",
+            script,
+            *script_args,
+        ]
     else:
         options.append(f"--output={output}")
         argv = ["nsys", "profile", *options, *program]
     return Command(argv)
 
 
-def stats_command(report: str, reports: Sequence[str] = DEFAULT_REPORTS,
-                  fmt: str = "csv") -> Command:
+def stats_command(report: str, reports: Sequence[str] = DEFAULT_REPORTS, fmt: str = "csv") -> Command:
     """``nsys stats --report a,b,c --format csv <report>`` (the tables go to the console).
 
     ``report`` is the ``.nsys-rep`` (or its ``.sqlite`` export). Run ``nsys stats
@@ -170,19 +196,48 @@ def stats_command(report: str, reports: Sequence[str] = DEFAULT_REPORTS,
 def export_command(report: str, output: str | None = None) -> Command:
     """``nsys export --type sqlite`` of a ``.nsys-rep`` (what :func:`read_sqlite` reads)."""
     out = output or str(Path(report).with_suffix(".sqlite"))
-    return Command(["nsys", "export", "--type", "sqlite", "--force-overwrite=true",
-                    f"--output={out}", str(report)])
+    return Command(
+        ["nsys", "export", "--type", "sqlite", "--force-overwrite=true", f"--output={out}", str(report)]
+    )
 
 
 # Short nsys options and the long ones they stand for (nsys takes a short option's value after a space).
-_SHORT_OPTIONS = {"-t": "--trace", "-s": "--sample", "-o": "--output", "-f": "--force-overwrite",
-                  "-c": "--capture-range", "-p": "--nvtx-capture", "-e": "--env-var", "-x": "--stop-on-exit",
-                  "-w": "--show-output", "-y": "--delay", "-d": "--duration"}
+_SHORT_OPTIONS = {
+    "-t": "--trace",
+    "-s": "--sample",
+    "-o": "--output",
+    "-f": "--force-overwrite",
+    "-c": "--capture-range",
+    "-p": "--nvtx-capture",
+    "-e": "--env-var",
+    "-x": "--stop-on-exit",
+    "-w": "--show-output",
+    "-y": "--delay",
+    "-d": "--duration",
+}
 # torchrun options that take a value (``--nproc_per_node 8`` or ``--nproc_per_node=8``)
-_TORCHRUN_VALUED = {"--nproc_per_node", "--nproc-per-node", "--nnodes", "--node_rank", "--node-rank",
-                    "--master_addr", "--master-addr", "--master_port", "--master-port", "--rdzv_endpoint",
-                    "--rdzv-endpoint", "--rdzv_backend", "--rdzv-backend", "--rdzv_id", "--rdzv-id",
-                    "--max_restarts", "--max-restarts", "--log_dir", "--log-dir", "--role"}
+_TORCHRUN_VALUED = {
+    "--nproc_per_node",
+    "--nproc-per-node",
+    "--nnodes",
+    "--node_rank",
+    "--node-rank",
+    "--master_addr",
+    "--master-addr",
+    "--master_port",
+    "--master-port",
+    "--rdzv_endpoint",
+    "--rdzv-endpoint",
+    "--rdzv_backend",
+    "--rdzv-backend",
+    "--rdzv_id",
+    "--rdzv-id",
+    "--max_restarts",
+    "--max-restarts",
+    "--log_dir",
+    "--log-dir",
+    "--role",
+}
 
 
 def _torchrun_options(argv: list[str], i: int, out: dict[str, Any]) -> int:
@@ -216,7 +271,7 @@ def parse_profile_command(argv: Sequence[str]) -> dict[str, Any]:
     i = 0
     if argv[0] == "torchrun":
         i = _torchrun_options(argv, 1, out)
-    if argv[i:i + 2] != ["nsys", "profile"]:
+    if argv[i : i + 2] != ["nsys", "profile"]:
         raise ValueError(f"Not an nsys profile command: {shlex.join(argv)!r}")
     i += 2
     options: dict[str, Any] = {}
@@ -234,5 +289,3 @@ def parse_profile_command(argv: Sequence[str]) -> dict[str, Any]:
         out["wraps_torchrun"] = True
         _torchrun_options(out["program"], 1, out)
     return out
-
-

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import torch
 
@@ -45,6 +46,15 @@ _SPECS: dict[str, tuple[torch.dtype | None, int, int, str, str]] = {
 
 #: Formats a tensor can be stored in (tf32 is a math mode, e8m0 holds only scales), narrowest first.
 STORAGE = ("fp8_e4m3", "fp8_e5m2", "fp16", "bf16", "fp32")
+
+
+class LayoutLimits(TypedDict):
+    """What :func:`layout_limits` returns (a plain dict)."""
+
+    max: float
+    smallest_normal: float
+    smallest_subnormal: float | None  # None: no subnormals (e8m0, or no mantissa bits)
+    eps: float
 
 
 @dataclass(frozen=True)
@@ -80,26 +90,30 @@ class FormatTable(list):
         raise unknown("format", name, [f.name for f in self])
 
     def __str__(self) -> str:
-        head = (f"{'format':<9} {'bits':>4} {'s/e/m':>7} {'max':>11} {'min normal':>11} "
-                f"{'min subnormal':>13} {'eps':>9}  from")
+        head = (
+            f"{'format':<9} {'bits':>4} {'s/e/m':>7} {'max':>11} {'min normal':>11} "
+            f"{'min subnormal':>13} {'eps':>9}  from"
+        )
         lines = [head, "-" * len(head)]
         for f in self:
             sub = f"{f.smallest_subnormal:13.4g}" if f.smallest_subnormal is not None else f"{'none':>13}"
-            lines.append(f"{f.name:<9} {f.bits:>4} {f.sign_bits}/{f.exponent_bits}/{f.mantissa_bits:<3} "
-                         f"{f.max:11.4g} {f.smallest_normal:11.4g} {sub} {f.eps:9.3g}  {f.source}")
+            lines.append(
+                f"{f.name:<9} {f.bits:>4} {f.sign_bits}/{f.exponent_bits}/{f.mantissa_bits:<3} "
+                f"{f.max:11.4g} {f.smallest_normal:11.4g} {sub} {f.eps:9.3g}  {f.source}"
+            )
         return "\n".join(lines)
 
 
-def layout_limits(exponent_bits: int, mantissa_bits: int, layout: str = "ieee") -> dict[str, float | None]:
+def layout_limits(exponent_bits: int, mantissa_bits: int, layout: str = "ieee") -> LayoutLimits:
     """``max``, ``smallest_normal``, ``smallest_subnormal`` and ``eps`` from the bit layout alone.
 
     See the module docstring for the three layouts. Used for formats torch has no dtype for
     (tf32) and, in the tests, checked against ``torch.finfo`` for every format torch has.
     """
-    exponent_bits, = count(exponent_bits=exponent_bits)
-    mantissa_bits, = count(0, mantissa_bits=mantissa_bits)
+    (exponent_bits,) = count(exponent_bits=exponent_bits)
+    (mantissa_bits,) = count(0, mantissa_bits=mantissa_bits)
     bias = 2 ** (exponent_bits - 1) - 1
-    eps = 2.0 ** -mantissa_bits
+    eps = 2.0**-mantissa_bits
     if layout == "ieee":
         emax = 2**exponent_bits - 2 - bias  # the all-ones exponent is inf / NaN
         largest_mantissa = 2 - eps
@@ -110,13 +124,21 @@ def layout_limits(exponent_bits: int, mantissa_bits: int, layout: str = "ieee") 
         emax = 2**exponent_bits - 1 - bias  # every code is a number: no inf, no NaN
         largest_mantissa = 2 - eps
     elif layout == "e8m0":
-        return {"max": 2.0 ** (2**exponent_bits - 2 - bias), "smallest_normal": 2.0 ** -bias,
-                "smallest_subnormal": None, "eps": 1.0}
+        return {
+            "max": 2.0 ** (2**exponent_bits - 2 - bias),
+            "smallest_normal": 2.0**-bias,
+            "smallest_subnormal": None,
+            "eps": 1.0,
+        }
     else:
         raise ValueError(f"layout must be 'ieee', 'fn', 'mx' or 'e8m0', got {layout!r}")
     normal = 2.0 ** (1 - bias)
-    return {"max": largest_mantissa * 2.0**emax, "smallest_normal": normal,
-            "smallest_subnormal": normal * eps if mantissa_bits else None, "eps": eps}
+    return {
+        "max": largest_mantissa * 2.0**emax,
+        "smallest_normal": normal,
+        "smallest_subnormal": normal * eps if mantissa_bits else None,
+        "eps": eps,
+    }
 
 
 def _from_finfo(name: str, dtype: torch.dtype, note: str) -> FloatFormat:
@@ -124,9 +146,20 @@ def _from_finfo(name: str, dtype: torch.dtype, note: str) -> FloatFormat:
     mantissa = round(-math.log2(info.eps))
     sign = 0 if info.min > 0 else 1  # e8m0 has no negative numbers
     smallest_normal = float(info.smallest_normal)
-    return FloatFormat(name, info.bits, sign, info.bits - sign - mantissa, mantissa, float(info.max),
-                       smallest_normal, smallest_normal * info.eps if mantissa else None, float(info.eps),
-                       dtype, "torch.finfo", note)
+    return FloatFormat(
+        name,
+        info.bits,
+        sign,
+        info.bits - sign - mantissa,
+        mantissa,
+        float(info.max),
+        smallest_normal,
+        smallest_normal * info.eps if mantissa else None,
+        float(info.eps),
+        dtype,
+        "torch.finfo",
+        note,
+    )
 
 
 def format_table() -> FormatTable:
@@ -144,21 +177,39 @@ def format_table() -> FormatTable:
             rows.append(_from_finfo(name, dtype, note))
         else:
             lim = layout_limits(e, m, layout)
-            rows.append(FloatFormat(name, 1 + e + m, 1, e, m, lim["max"], lim["smallest_normal"],
-                                    lim["smallest_subnormal"], lim["eps"], None, "bit layout", note))
+            rows.append(
+                FloatFormat(
+                    name,
+                    1 + e + m,
+                    1,
+                    e,
+                    m,
+                    lim["max"],
+                    lim["smallest_normal"],
+                    lim["smallest_subnormal"],
+                    lim["eps"],
+                    None,
+                    "bit layout",
+                    note,
+                )
+            )
     return rows
 
 
-def pick_format(min_abs: float, max_abs: float, rel_step: float,
-                candidates: Sequence[str] = STORAGE) -> list[str]:
+def pick_format(
+    min_abs: float, max_abs: float, rel_step: float, candidates: Sequence[str] = STORAGE
+) -> list[str]:
     """Every storage format with the fewest bits that holds all magnitudes in
     ``[min_abs, max_abs]`` as normal numbers (no overflow, no subnormal) with a machine epsilon
     of at most ``rel_step``; ``[]`` when none does. No scaling is applied."""
     if not 0 < min_abs <= max_abs or not math.isfinite(max_abs):
         raise ValueError(f"need 0 < min_abs <= max_abs < inf, got {min_abs!r}, {max_abs!r}")
     table = format_table()
-    fits = [f for f in map(table.row, candidates)
-            if f.smallest_normal <= min_abs and max_abs <= f.max and f.eps <= rel_step]
+    fits = [
+        f
+        for f in map(table.row, candidates)
+        if f.smallest_normal <= min_abs and max_abs <= f.max and f.eps <= rel_step
+    ]
     if not fits:
         return []
     fewest = min(f.bits for f in fits)
@@ -205,7 +256,9 @@ def rounding_error(x: torch.Tensor, dtype: torch.dtype) -> dict[str, float]:
     nonzero = x != 0
     rel = ((back - x).abs() / x.abs())[nonzero & back.isfinite()]
     limit = torch.finfo(dtype).max
-    return {"max_rel_error": rel.max().item() if rel.numel() else 0.0,
-            "mean_rel_error": rel.mean().item() if rel.numel() else 0.0,
-            "overflow_fraction": (x.abs() > limit).float().mean().item(),
-            "zero_fraction": ((back == 0) & nonzero).float().mean().item()}
+    return {
+        "max_rel_error": rel.max().item() if rel.numel() else 0.0,
+        "mean_rel_error": rel.mean().item() if rel.numel() else 0.0,
+        "overflow_fraction": (x.abs() > limit).float().mean().item(),
+        "zero_fraction": ((back == 0) & nonzero).float().mean().item(),
+    }

@@ -13,62 +13,15 @@ a wide format, master weights, and the memory autocast saves.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 
 import torch
 
 from .. import models
 from .._validate import count, positive
 from ..bench import resolve_device
-
-#: A fallback when torch's own header is not installed: ops of the course model in the CUDA
-#: autocast lists of the PyTorch documentation ("Autocast Op Reference": CUDA ops that can
-#: autocast to float16 — the lower-precision list, used for bf16 too — and to float32).
-CUDA_AUTOCAST = {"addmm": "lower precision", "mm": "lower precision", "bmm": "lower precision",
-                 "baddbmm": "lower precision", "matmul": "lower precision", "linear": "lower precision",
-                 "scaled_dot_product_attention": "lower precision", "log_softmax": "float32",
-                 "softmax": "float32", "nll_loss": "float32", "layer_norm": "float32",
-                 "native_layer_norm": "float32"}
-_LISTS = {"AT_FORALL_LOWER_PRECISION_FP": "lower precision", "AT_FORALL_FP32": "float32",
-          "AT_FORALL_FP32_SET_OPT_DTYPE": "float32"}
-
-
-@lru_cache(maxsize=1)
-def cuda_autocast_lists() -> tuple[dict[str, str], str]:
-    """``({op: "lower precision" | "float32"}, source)``: the op lists CUDA autocast registers,
-    read from torch's own header ``ATen/autocast_mode.h`` in the installed torch (the macros
-    ``AT_FORALL_LOWER_PRECISION_FP``, ``AT_FORALL_FP32`` and ``AT_FORALL_FP32_SET_OPT_DTYPE``);
-    where the header is not installed, :data:`CUDA_AUTOCAST` from the documentation."""
-    header = Path(torch.__file__).parent / "include" / "ATen" / "autocast_mode.h"
-    try:
-        text = header.read_text(encoding="utf-8")
-    except OSError:
-        return dict(CUDA_AUTOCAST), "PyTorch documentation, Autocast Op Reference"
-    found: dict[str, str] = {}
-    for macro, policy in _LISTS.items():
-        match = re.search(rf"#define {macro}\(_\)(.*?)(?:\n\s*\n|#define)", text, re.S)
-        if match:
-            for op in re.findall(r"_\(\s*([A-Za-z_][A-Za-z0-9_]*)", match.group(1)):
-                found.setdefault(op, policy)
-    if not found:
-        return dict(CUDA_AUTOCAST), "PyTorch documentation, Autocast Op Reference"
-    return found, f"torch {torch.__version__}, ATen/autocast_mode.h"
-
-
-def cuda_autocast_policy(op: str) -> str:
-    """What CUDA autocast does with ``op`` (an aten name the dtype recorder saw, such as
-    ``_log_softmax`` or ``nll_loss_forward``, is matched to the listed op it implements)."""
-    lists, _ = cuda_autocast_lists()
-    base = op.lstrip("_")
-    for candidate in (op, base, base.removesuffix("_forward"), op.removesuffix("_for_cpu"),
-                      base.removesuffix("_for_cpu")):
-        if candidate in lists:
-            return lists[candidate]
-    return "not listed: widest input"
+from ._autocast import autocast_context
 
 
 @dataclass(frozen=True)
@@ -83,12 +36,19 @@ class ScalerStep:
 
     def __str__(self) -> str:
         what = "SKIPPED (inf/NaN in the gradients)" if self.skipped else "applied"
-        return (f"step {self.step}: scale {self.scale:g}, gradient norm {self.grad_norm:.3g} after "
-                f"unscale_, {what}")
+        return (
+            f"step {self.step}: scale {self.scale:g}, gradient norm {self.grad_norm:.3g} after "
+            f"unscale_, {what}"
+        )
 
 
-def scaler_steps(steps: int = 6, bad_steps: Sequence[int] = (2,), growth_interval: int = 2,
-                 init_scale: float = 2.0**16, seed: int = 0) -> list[ScalerStep]:
+def scaler_steps(
+    steps: int = 6,
+    bad_steps: Sequence[int] = (2,),
+    growth_interval: int = 2,
+    init_scale: float = 2.0**16,
+    seed: int = 0,
+) -> list[ScalerStep]:
     """The GradScaler code path a training loop writes, on a small linear model (CPU, fp32
     weights: what is shown is the scaler's bookkeeping)::
 
@@ -117,7 +77,7 @@ def scaler_steps(steps: int = 6, bad_steps: Sequence[int] = (2,), growth_interva
         scale = scaler.get_scale()
         scaler.scale(loss).backward()
         if step in bad_steps:
-            model.weight.grad[0, 0] = float("inf")
+            model.weight.grad[0, 0] = float("inf")  # type: ignore[index]  # set by backward()
         scaler.unscale_(optimizer)
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()
         before = [p.detach().clone() for p in model.parameters()]
@@ -149,13 +109,16 @@ def lost_updates(weights: torch.Tensor, updates: torch.Tensor, dtype: torch.dtyp
     return ((moved == w) & nonzero).float().sum().item() / max(1, int(nonzero.sum()))
 
 
-def saved_bytes_by_precision(config: str | models.GPTConfig = "tiny", batch_size: int = 8,
-                             seq_len: int | None = None, device: str | torch.device = "cpu",
-                             autocasts: Sequence[str] = ("fp32", "bf16")) -> dict[str, int]:
+def saved_bytes_by_precision(
+    config: str | models.GPTConfig = "tiny",
+    batch_size: int = 8,
+    seq_len: int | None = None,
+    device: str | torch.device = "cpu",
+    autocasts: Sequence[str] = ("fp32", "bf16"),
+) -> dict[str, int]:
     """Bytes autograd saves for backward in one forward pass of the course model, in fp32 and
     under each autocast dtype (``memory.saved_tensor_bytes``: each storage once)."""
     from .. import memory
-    from ._training import _autocast
 
     dev = resolve_device(device)
     cfg = models.get_config(config)
@@ -163,6 +126,6 @@ def saved_bytes_by_precision(config: str | models.GPTConfig = "tiny", batch_size
     idx, targets = models.make_batch(cfg, batch_size, seq_len or cfg.seq_len, dev)
     out = {}
     for key in autocasts:
-        with _autocast(dev, key):
+        with autocast_context(dev, key):
             out[key] = memory.saved_tensor_bytes(lambda: model(idx, targets)).activations
     return out

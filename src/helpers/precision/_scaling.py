@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .. import i18n
-from .._validate import count, positive, whole_fields
+from .._validate import count, positive, unknown, whole_fields
 from ..i18n import text, tr
 
 POLICIES = ("max", "most_recent")
@@ -39,7 +39,7 @@ def fp8_scale(amax: float, dtype: torch.dtype = torch.float8_e4m3fn, margin: int
     """Per-tensor scale that maps ``amax`` onto the format's largest value, divided by
     ``2^margin`` to leave headroom: ``finfo(dtype).max / amax / 2^margin``."""
     positive(amax=float(amax))
-    margin, = count(0, margin=margin)
+    (margin,) = count(0, margin=margin)
     return fp8_max(dtype) / float(amax) / 2**margin
 
 
@@ -67,8 +67,9 @@ class Quantized:
         return self.scale, self.mean_abs_error
 
 
-def quantize(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn, scale: float | None = None,
-             margin: int = 0) -> Quantized:
+def quantize(
+    x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn, scale: float | None = None, margin: int = 0
+) -> Quantized:
     """Per-tensor scaled cast to fp8 and back. Without ``scale``, it is computed from this
     tensor's own amax (:func:`fp8_scale`) — "current" scaling; delayed scaling passes one."""
     x = x.detach().float()
@@ -81,13 +82,19 @@ def quantize(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn, scale: f
     nonzero = x != 0
     err = (back - x).abs()
     low = (scaled.abs() < torch.finfo(dtype).smallest_normal) & nonzero
-    return Quantized(back, scale, (scaled.abs() > fp8_max(dtype)).float().mean().item(),
-                     ((back == 0) & nonzero).float().mean().item(), err.mean().item(),
-                     (err[nonzero] / x.abs()[nonzero]).mean().item() if nonzero.any() else 0.0,
-                     low.float().mean().item())
+    return Quantized(
+        back,
+        scale,
+        (scaled.abs() > fp8_max(dtype)).float().mean().item(),
+        ((back == 0) & nonzero).float().mean().item(),
+        err.mean().item(),
+        (err[nonzero] / x.abs()[nonzero]).mean().item() if nonzero.any() else 0.0,
+        low.float().mean().item(),
+    )
 
 
 # --------------------------------------------------------------------------- delayed scaling
+
 
 @dataclass
 class DelayedScaling:
@@ -111,7 +118,7 @@ class DelayedScaling:
         whole_fields(self, "history_len")
         whole_fields(self, "margin", minimum=0)
         if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+            raise unknown("policy", self.policy, POLICIES)
         self.history = deque(self.history, maxlen=self.history_len)
 
     def overflows(self, amax: float) -> bool:
@@ -146,9 +153,13 @@ class ScalingStep:
     low_fraction: float | None = None  # of the tensor's values: scaled below the smallest normal
 
 
-def simulate_delayed_scaling(amaxes_or_tensors: Sequence[float] | Sequence[torch.Tensor],
-                             dtype: torch.dtype = torch.float8_e4m3fn, history_len: int = 16,
-                             policy: str = "max", margin: int = 0) -> list[ScalingStep]:
+def simulate_delayed_scaling(
+    amaxes_or_tensors: Sequence[float | torch.Tensor],
+    dtype: torch.dtype = torch.float8_e4m3fn,
+    history_len: int = 16,
+    policy: str = "max",
+    margin: int = 0,
+) -> list[ScalingStep]:
     """Run delayed scaling over a sequence of steps, given each step's amax or its tensor.
 
     With tensors, each step also quantizes the tensor at the scale it was given (saturating)
@@ -159,6 +170,7 @@ def simulate_delayed_scaling(amaxes_or_tensors: Sequence[float] | Sequence[torch
         raise ValueError("give at least one step")
     state = DelayedScaling(fp8_max(dtype), history_len, policy, margin)
     steps = []
+    extra: tuple[float | None, float | None, float | None]
     for t, item in enumerate(amaxes_or_tensors):
         if isinstance(item, torch.Tensor):
             amax = item.detach().abs().max().item()
@@ -171,8 +183,9 @@ def simulate_delayed_scaling(amaxes_or_tensors: Sequence[float] | Sequence[torch
     return steps
 
 
-def first_overflow(amaxes: Sequence[float], fmt_max: float, history_len: int, policy: str = "max",
-                   margin: int = 0) -> int | None:
+def first_overflow(
+    amaxes: Sequence[float], fmt_max: float, history_len: int, policy: str = "max", margin: int = 0
+) -> int | None:
     """The first step at which delayed scaling overflows (amax · scale > fmt_max), or None."""
     state = DelayedScaling(fmt_max, history_len, policy, margin)
     for t, amax in enumerate(amaxes):
@@ -182,8 +195,15 @@ def first_overflow(amaxes: Sequence[float], fmt_max: float, history_len: int, po
     return None
 
 
-def drifting_activations(steps: int = 40, size: int = 4096, growth: float = 1.05, jump_at: int | None = None,
-                         jump: float = 4.0, start: float = 1.0, seed: int = 0) -> list[torch.Tensor]:
+def drifting_activations(
+    steps: int = 40,
+    size: int = 4096,
+    growth: float = 1.05,
+    jump_at: int | None = None,
+    jump: float = 4.0,
+    start: float = 1.0,
+    seed: int = 0,
+) -> list[torch.Tensor]:
     """Synthetic activations whose scale drifts: standard normal × ``start`` × ``growth^t``,
     times ``jump`` from step ``jump_at`` on (a sudden change, e.g. a learning-rate warm-up
     ending). Example data, seeded."""
@@ -202,8 +222,13 @@ def drifting_activations(steps: int = 40, size: int = 4096, growth: float = 1.05
 SCALE_ROUNDINGS = ("floor", "rceil")
 
 
-def mx_quantize(x: torch.Tensor, elem_dtype: torch.dtype = torch.float8_e4m3fn, block: int = MX_BLOCK,
-                scale_rounding: str = "floor", dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+def mx_quantize(
+    x: torch.Tensor,
+    elem_dtype: torch.dtype = torch.float8_e4m3fn,
+    block: int = MX_BLOCK,
+    scale_rounding: str = "floor",
+    dim: int = -1,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """MX block scaling: returns the values read back as float32 (the shape of ``x``) and the
     per-block scales as ``torch.float8_e8m0fnu``. Blocks of ``block`` values run along ``dim``
     (the reduction dimension of the matrix product that will use them; a row shorter than a
@@ -222,10 +247,9 @@ def mx_quantize(x: torch.Tensor, elem_dtype: torch.dtype = torch.float8_e4m3fn, 
     infinity gets the scale NaN (E8M0's one special code; it has no infinity), and every value
     of that block reads back as NaN: in OCP MX v1.0 a NaN scale makes the whole block NaN.
     """
-    block, = count(block=block)
+    (block,) = count(block=block)
     if scale_rounding not in SCALE_ROUNDINGS:
-        raise ValueError(f"scale_rounding must be one of {', '.join(SCALE_ROUNDINGS)}, "
-                         f"got {scale_rounding!r}")
+        raise unknown("scale_rounding", scale_rounding, SCALE_ROUNDINGS)
     values = x.detach().float()
     if values.dim() == 0:
         values = values.reshape(1)
@@ -276,6 +300,7 @@ def with_outliers(size: int = 4096, every: int = 512, outlier: float = 1000.0, s
 
 # --------------------------------------------------------------------------- plots
 
+
 def plot_delayed_scaling(runs: dict[str, Sequence[ScalingStep]], fmt_max: float, ax: Any = None) -> Any:
     """Each step's amax against the largest amax its scale could hold (fmt_max / scale), per
     run; an amax above its run's line overflowed (marked with x)."""
@@ -287,9 +312,13 @@ def plot_delayed_scaling(runs: dict[str, Sequence[ScalingStep]], fmt_max: float,
     first = next(iter(runs.values()))
     ax.semilogy([s.step for s in first], [s.amax for s in first], "k.-", lw=1, label=tr("amax of the step"))
     for label, steps in runs.items():
-        line = ax.semilogy([s.step for s in steps], [fmt_max / s.scale for s in steps], lw=1.5,
-                           drawstyle="steps-mid", label=tr("largest amax that fits: {label}",
-                                                           label=text(label)))
+        line = ax.semilogy(
+            [s.step for s in steps],
+            [fmt_max / s.scale for s in steps],
+            lw=1.5,
+            drawstyle="steps-mid",
+            label=tr("largest amax that fits: {label}", label=text(label)),
+        )
         bad = [s for s in steps if s.overflow]
         if bad:
             ax.semilogy([s.step for s in bad], [s.amax for s in bad], "x", ms=8, color=line[0].get_color())

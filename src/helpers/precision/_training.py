@@ -4,7 +4,6 @@ bf16 placed on the roofline."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,26 +16,34 @@ from .._validate import count, positive
 from .._validate import flag as _flag
 from ..bench import SpeedComparison, compare_speed, resolve_device
 from ..i18n import text, tr
+from ._autocast import autocast_context, cuda_autocast_lists, cuda_autocast_policy
 
 #: Ops that only change a tensor's view or bookkeeping: left out of the autocast table.
-_VIEW_OPS = {"view", "t", "transpose", "split", "detach", "_unsafe_view", "reshape", "expand",
-             "permute", "unsqueeze", "squeeze", "slice", "select", "alias", "clone", "arange",
-             "lift_fresh", "_to_copy", "as_strided"}
-
-AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+_VIEW_OPS = {
+    "view",
+    "t",
+    "transpose",
+    "split",
+    "detach",
+    "_unsafe_view",
+    "reshape",
+    "expand",
+    "permute",
+    "unsqueeze",
+    "squeeze",
+    "slice",
+    "select",
+    "alias",
+    "clone",
+    "arange",
+    "lift_fresh",
+    "_to_copy",
+    "as_strided",
+}
 
 
 def _short(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
-
-
-def _autocast(device: torch.device, key: str | None) -> contextlib.AbstractContextManager:
-    dtype = AUTOCAST.get(key or "fp32", "?")
-    if dtype == "?":
-        raise ValueError(f"autocast must be one of {', '.join(AUTOCAST)}, got {key!r}")
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
 
 
 class _DtypeRecorder(TorchDispatchMode):
@@ -48,8 +55,9 @@ class _DtypeRecorder(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__
         if name not in _VIEW_OPS:
-            ins = tuple(_short(a.dtype) for a in args
-                        if isinstance(a, torch.Tensor) and a.is_floating_point())
+            ins = tuple(
+                _short(a.dtype) for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()
+            )
             outs = out if isinstance(out, (tuple, list)) else (out,)
             key = (name, ins, tuple(_short(o.dtype) for o in outs[:1] if isinstance(o, torch.Tensor)))
             self.rows[key] = self.rows.get(key, 0) + 1
@@ -66,8 +74,12 @@ class OpDtype:
     calls: int
 
 
-def autocast_dtypes(config: str | models.GPTConfig = "tiny", autocast: str = "bf16",
-                    device: str | torch.device = "cpu", batch_size: int = 2) -> list[OpDtype]:
+def autocast_dtypes(
+    config: str | models.GPTConfig = "tiny",
+    autocast: str = "bf16",
+    device: str | torch.device = "cpu",
+    batch_size: int = 2,
+) -> list[OpDtype]:
     """Run the course model's forward pass and loss under autocast and record, for every op that
     computes (views left out), the dtypes it got and gave — inspected with a
     ``TorchDispatchMode`` below autocast, not taken from a list."""
@@ -76,7 +88,7 @@ def autocast_dtypes(config: str | models.GPTConfig = "tiny", autocast: str = "bf
     model = models.build_model(cfg, dev)
     idx, targets = models.make_batch(cfg, batch_size, device=dev)
     recorder = _DtypeRecorder()
-    with torch.no_grad(), _autocast(dev, autocast), recorder:
+    with torch.no_grad(), autocast_context(dev, autocast), recorder:
         model(idx, targets)
     return [OpDtype(op, ins, out[0] if out else "-", n) for (op, ins, out), n in recorder.rows.items()]
 
@@ -85,8 +97,6 @@ def format_op_dtypes(rows: Sequence[OpDtype], cuda_lists: bool = False) -> str:
     """The autocast table as text, one op per line. ``cuda_lists`` adds what CUDA autocast
     does with each op (:func:`cuda_autocast_lists`: torch's own op lists), beside what was
     recorded on this device."""
-    from ._practice import cuda_autocast_lists, cuda_autocast_policy
-
     _flag(cuda_lists=cuda_lists)
     extra = "  CUDA autocast list" if cuda_lists else ""
     lines = [f"{'op':<48} {'inputs':<30} output   calls{extra}", "-" * (92 + len(extra))]
@@ -100,6 +110,7 @@ def format_op_dtypes(rows: Sequence[OpDtype], cuda_lists: bool = False) -> str:
 
 # --------------------------------------------------------------------------- loss scaling
 
+
 @dataclass(frozen=True)
 class GradientCheck:
     """Gradients of one precision setting against the fp32 reference."""
@@ -109,8 +120,12 @@ class GradientCheck:
     rel_error: float  # ||g - g_fp32|| / ||g_fp32||
 
 
-def gradient_underflow(upstream_scale: float = 1e-8, device: str | torch.device = "cpu",
-                       loss_scale: float = 2.0**16, seed: int = 0) -> list[GradientCheck]:
+def gradient_underflow(
+    upstream_scale: float = 1e-8,
+    device: str | torch.device = "cpu",
+    loss_scale: float = 2.0**16,
+    seed: int = 0,
+) -> list[GradientCheck]:
     """A two-layer MLP's gradients when the gradient arriving from above is tiny (each entry
     ~ N(0, 1) × ``upstream_scale``, as late in training of a large model): fp32 (reference),
     fp16 autocast, fp16 autocast with ``torch.amp.GradScaler`` (``loss_scale``) and bf16
@@ -129,27 +144,43 @@ def gradient_underflow(upstream_scale: float = 1e-8, device: str | torch.device 
         upstream = (torch.randn(32, 64, generator=gen) * upstream_scale).to(dev)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
         scaler = torch.amp.GradScaler(dev.type, init_scale=loss_scale, enabled=scaled)
-        with _autocast(dev, autocast):
+        with autocast_context(dev, autocast):
             loss = (model(x).float() * upstream).sum()  # dloss/doutput = upstream
         scaler.scale(loss).backward()
         if scaled:
             scaler.unscale_(optimizer)
-        return torch.cat([p.grad.flatten() for p in model.parameters()]).float()
+        # backward() gave every parameter its .grad (typed Optional)
+        return torch.cat([p.grad.flatten() for p in model.parameters()]).float()  # type: ignore[union-attr]
 
     reference = grads(None, False)
     rows = []
-    for label, autocast, scaled in (("fp32", None, False), ("fp16", "fp16", False),
-                                    ("fp16 + GradScaler", "fp16", True), ("bf16", "bf16", False)):
+    for label, autocast, scaled in (
+        ("fp32", None, False),
+        ("fp16", "fp16", False),
+        ("fp16 + GradScaler", "fp16", True),
+        ("bf16", "bf16", False),
+    ):
         g = reference if autocast is None else grads(autocast, scaled)
-        rows.append(GradientCheck(label, ((g == 0) & (reference != 0)).float().mean().item(),
-                                  ((g - reference).norm() / reference.norm()).item()))
+        rows.append(
+            GradientCheck(
+                label,
+                ((g == 0) & (reference != 0)).float().mean().item(),
+                ((g - reference).norm() / reference.norm()).item(),
+            )
+        )
     return rows
 
 
 # --------------------------------------------------------------------------- loss curves
 
-def pattern_batch(config: str | models.GPTConfig, batch_size: int, seq_len: int | None = None,
-                  seed: int = 0, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+
+def pattern_batch(
+    config: str | models.GPTConfig,
+    batch_size: int,
+    seq_len: int | None = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Learnable synthetic tokens: each sequence counts up from a random start by a random
     stride (mod the vocabulary), so the loss falls within a few dozen steps. Example data."""
     cfg = models.get_config(config)
@@ -163,14 +194,20 @@ def pattern_batch(config: str | models.GPTConfig, batch_size: int, seq_len: int 
     return tokens[:, :-1].contiguous().to(dev), tokens[:, 1:].contiguous().to(dev)
 
 
-def train_losses(config: str | models.GPTConfig = "tiny", steps: int = 30, autocast: str | None = None,
-                 device: str | torch.device = "cpu", batch_size: int = 8, lr: float = 3e-3,
-                 seed: int = 0) -> list[float]:
+def train_losses(
+    config: str | models.GPTConfig = "tiny",
+    steps: int = 30,
+    autocast: str | None = None,
+    device: str | torch.device = "cpu",
+    batch_size: int = 8,
+    lr: float = 3e-3,
+    seed: int = 0,
+) -> list[float]:
     """Train the course model for ``steps`` AdamW steps on :func:`pattern_batch` data and return
     every step's loss. ``autocast``: ``None``/``"fp32"``, ``"bf16"`` or ``"fp16"`` (with a
     ``GradScaler``). Same seed, same data, same initial weights for every setting; the losses
     are read back once, at the end."""
-    steps, = count(steps=steps)
+    (steps,) = count(steps=steps)
     dev = resolve_device(device)
     cfg = models.get_config(config)
     model = models.build_model(cfg, dev, seed=seed)
@@ -179,7 +216,7 @@ def train_losses(config: str | models.GPTConfig = "tiny", steps: int = 30, autoc
     losses = []
     for step in range(steps):
         idx, targets = pattern_batch(cfg, batch_size, seed=seed * 100_003 + step, device=dev)
-        with _autocast(dev, autocast):
+        with autocast_context(dev, autocast):
             loss = model(idx, targets)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
@@ -191,7 +228,7 @@ def train_losses(config: str | models.GPTConfig = "tiny", steps: int = 30, autoc
 
 def loss_gap(reference: Sequence[float], other: Sequence[float], last: int = 10) -> float:
     """Relative gap of the mean loss over the ``last`` steps: |mean(other) - mean(ref)| / mean(ref)."""
-    last, = count(last=last)
+    (last,) = count(last=last)
     if len(reference) != len(other) or len(reference) < last:
         raise ValueError(f"need two curves of the same length, at least {last} steps")
     a, b = sum(reference[-last:]) / last, sum(other[-last:]) / last
@@ -211,8 +248,16 @@ def plot_losses(curves: dict[str, Sequence[float]], ax: Any = None, title: str =
         # curves that lie on top of each other (bf16 on fp32) stay visible: each its own dash
         # and markers, placed at different steps
         dash, marker = styles[i % len(styles)]
-        ax.plot(range(1, len(losses) + 1), losses, label=text(label), lw=1.5, ls=dash, marker=marker,
-                ms=4, markevery=(i, max(1, len(losses) // 10)))
+        ax.plot(
+            range(1, len(losses) + 1),
+            losses,
+            label=text(label),
+            lw=1.5,
+            ls=dash,
+            marker=marker,
+            ms=4,
+            markevery=(i, max(1, len(losses) // 10)),
+        )
     ax.set_xlabel(tr("step"))
     ax.set_ylabel(tr("training loss"))
     ax.set_title(text(title) or tr("fp32 vs mixed precision"))
@@ -222,6 +267,7 @@ def plot_losses(curves: dict[str, Sequence[float]], ax: Any = None, title: str =
 
 
 # --------------------------------------------------------------------------- speed-up on the roofline
+
 
 @dataclass
 class Speedups:
@@ -256,13 +302,20 @@ class Speedups:
             peak = f" = {flops / self.peaks[key]:.0%} of the {key} peak" if key in self.peaks else ""
             lines.append(f"  GEMM {self.gemm_n}^3 {key:>4}: {flops / 1e12:9.3f} TFLOP/s (fastest run){peak}")
         for key, seconds in self.step_s.items():
-            lines.append(f"  training step ({self.config}) {key:>4}: {seconds * 1e3:9.2f} ms (median), "
-                         f"{self.step_flops[key] / 1e12:.3f} model TFLOP/s")
+            lines.append(
+                f"  training step ({self.config}) {key:>4}: {seconds * 1e3:9.2f} ms (median), "
+                f"{self.step_flops[key] / 1e12:.3f} model TFLOP/s"
+            )
         for what, s in (("GEMM", self.gemm_speed), ("training step", self.step_speed)):
-            said = {"faster": "bf16 is faster than fp32", "slower": "bf16 is slower than fp32",
-                    "within noise": "no difference between bf16 and fp32 beyond the noise"}[s.verdict]
-            lines.append(f"  bf16 against fp32, {what}: {s.speedup:.2f}x (95 % interval {s.low:.2f}x to "
-                         f"{s.high:.2f}x, {s.pairs} interleaved pairs): {said}")
+            said = {
+                "faster": "bf16 is faster than fp32",
+                "slower": "bf16 is slower than fp32",
+                "within noise": "no difference between bf16 and fp32 beyond the noise",
+            }[s.verdict]
+            lines.append(
+                f"  bf16 against fp32, {what}: {s.speedup:.2f}x (95 % interval {s.low:.2f}x to "
+                f"{s.high:.2f}x, {s.pairs} interleaved pairs): {said}"
+            )
         return "\n".join(lines)
 
 
@@ -286,8 +339,9 @@ def _dtype_gemms(n: int, dev: torch.device) -> dict[str, Any]:
     return out
 
 
-def measure_speedups(device: str | torch.device = "auto", quick: bool = True, iters: int = 10,
-                     max_seconds: float | None = None) -> Speedups:
+def measure_speedups(
+    device: str | torch.device = "auto", quick: bool = True, iters: int = 10, max_seconds: float | None = None
+) -> Speedups:
     """Measure a GEMM and the course model's training step in fp32 and with bf16 (autocast for
     the step). On a GPU in ``helpers.hardware`` the peaks are its dense datasheet figures (bf16
     on tensor cores); on a CPU there is no datasheet, and the roofline is the measured one.
@@ -305,16 +359,29 @@ def measure_speedups(device: str | torch.device = "auto", quick: bool = True, it
     budget = max_seconds if max_seconds is not None else (3.0 if quick else 15.0)
     pairs = max(10, iters)
     gemms = _dtype_gemms(measured.gemm_n, dev)
-    gemm_speed = compare_speed(gemms["fp32"], gemms["bf16"], device=dev, min_pairs=pairs, max_seconds=budget,
-                               names=("fp32", "bf16"))
+    gemm_speed = compare_speed(
+        gemms["fp32"], gemms["bf16"], device=dev, min_pairs=pairs, max_seconds=budget, names=("fp32", "bf16")
+    )
     steps = _dtype_steps(cfg, dev)
-    speed = compare_speed(steps["fp32"], steps["bf16"], device=dev, min_pairs=pairs, max_seconds=budget,
-                          names=("fp32", "bf16"))
+    speed = compare_speed(
+        steps["fp32"], steps["bf16"], device=dev, min_pairs=pairs, max_seconds=budget, names=("fp32", "bf16")
+    )
     step_s = {"fp32": speed.baseline.median, "bf16": speed.tuned.median}
     model_flops = mfu.model_flops_per_step(cfg, 8, cfg.seq_len)
     step_flops = {key: model_flops / seconds for key, seconds in step_s.items()}
-    return Speedups(str(dev), measured.name, measured.gemm_n, dict(measured.gemm_flops), step_s, step_flops,
-                    peaks, bandwidth, cfg.name, speed, gemm_speed)
+    return Speedups(
+        str(dev),
+        measured.name,
+        measured.gemm_n,
+        dict(measured.gemm_flops),
+        step_s,
+        step_flops,
+        peaks,
+        bandwidth,
+        cfg.name,
+        speed,
+        gemm_speed,
+    )
 
 
 def plot_speedups(result: Speedups, ax: Any = None) -> Any:
@@ -334,11 +401,25 @@ def plot_speedups(result: Speedups, ax: Any = None) -> Any:
         b = hardware.bytes_per_element(key)
         intensity = roofline.intensity(roofline.gemm_flops(n, n, n), roofline.gemm_bytes(n, n, n, b))
         point = (intensity, result.gemm_flops[key], f"GEMM {key}")
-        roofline.plot_roofline(roofs[key], result.bandwidth, [point], color=style,
-                               ax=ax, label=(tr("{key} roof (datasheet)", key=key) if result.peaks
-                                             else tr("{key} roof (measured)", key=key)))
-        ax.axhline(result.step_flops[key] / 1e12, color=style, ls="--", lw=1,
-                   label=tr("training step {key}", key=key))
+        roofline.plot_roofline(
+            roofs[key],
+            result.bandwidth,
+            [point],
+            color=style,
+            ax=ax,
+            label=(
+                tr("{key} roof (datasheet)", key=key)
+                if result.peaks
+                else tr("{key} roof (measured)", key=key)
+            ),
+        )
+        ax.axhline(
+            result.step_flops[key] / 1e12,
+            color=style,
+            ls="--",
+            lw=1,
+            label=tr("training step {key}", key=key),
+        )
     ax.set_title(tr("bf16 vs fp32 on {device}", device=result.device_name))
     ax.legend(fontsize=7)
     return ax

@@ -44,14 +44,21 @@ def _record(args: argparse.Namespace) -> int:
         if args.only and change.name not in args.only:
             continue
         row = tuner.try_change(change.name)
-        print(f"  {change.name}: {row['step_time_ms']:.2f} ms/step [{row['step_time_min_ms']:.2f}–"
-              f"{row['step_time_max_ms']:.2f}], MFU {row['mfu']:.1%}, {row['bottleneck']}, "
-              f"{row['decision']}", flush=True)
-    recorded = {**provenance(str(dev), command="python -m helpers.report " + " ".join(sys.argv[1:]),
-                             threads=config.threads),
-                "where": args.where or f"{platform.node()}, {platform.machine()}",
-                "seconds": round(time.perf_counter() - start, 1),
-                "load_average_1min": {"start": load_before, "end": _load()}, "cpu_count": os.cpu_count()}
+        print(
+            f"  {change.name}: {row['step_time_ms']:.2f} ms/step [{row['step_time_min_ms']:.2f}–"
+            f"{row['step_time_max_ms']:.2f}], MFU {row['mfu']:.1%}, {row['bottleneck']}, "
+            f"{row['decision']}",
+            flush=True,
+        )
+    recorded = {
+        **provenance(
+            str(dev), command="python -m helpers.report " + " ".join(sys.argv[1:]), threads=config.threads
+        ),
+        "where": args.where or f"{platform.node()}, {platform.machine()}",
+        "seconds": round(time.perf_counter() - start, 1),
+        "load_average_1min": {"start": load_before, "end": _load()},
+        "cpu_count": os.cpu_count(),
+    }
     report = build_report(tuner.rows, recorded=recorded)
     paths = report.write(args.out)
     print(report.to_markdown())
@@ -60,8 +67,11 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helpers.report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m helpers.report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="run baseline + every change; write report.md/.json/.png")
     rec.add_argument("--device", default="auto", help="auto | cpu | cuda")

@@ -16,6 +16,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from importlib import resources
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
@@ -81,8 +82,10 @@ class TokenWindows(Dataset):
         stride = seq_len if stride is None else stride
         seq_len, stride = count(seq_len=seq_len, stride=stride)
         if tokens.dim() != 1 or tokens.numel() < seq_len + 1:
-            raise ValueError(f"need a 1-D token tensor of at least seq_len + 1 = {seq_len + 1} tokens, "
-                             f"got shape {tuple(tokens.shape)}")
+            raise ValueError(
+                f"need a 1-D token tensor of at least seq_len + 1 = {seq_len + 1} tokens, "
+                f"got shape {tuple(tokens.shape)}"
+            )
         self.tokens, self.seq_len, self.stride = tokens, seq_len, stride
 
     def __len__(self) -> int:
@@ -92,7 +95,7 @@ class TokenWindows(Dataset):
         if not 0 <= i < len(self):
             raise IndexError(f"window {i} out of range 0..{len(self) - 1}")
         start = i * self.stride
-        chunk = self.tokens[start:start + self.seq_len + 1]
+        chunk = self.tokens[start : start + self.seq_len + 1]
         return chunk[:-1], chunk[1:]
 
 
@@ -107,7 +110,7 @@ class SlowDataset(Dataset):
         self.base, self.delay_ms, self._sleep = base, float(delay_ms), sleep
 
     def __len__(self) -> int:
-        return len(self.base)
+        return len(self.base)  # type: ignore[arg-type]  # a map-style dataset: torch's Dataset has no __len__
 
     def __getitem__(self, i: int):
         if self.delay_ms:
@@ -121,8 +124,16 @@ def make_dataset(seq_len: int, delay_ms_per_sample: float = 0.0) -> Dataset:
     return SlowDataset(windows, delay_ms_per_sample) if delay_ms_per_sample else windows
 
 
-def make_loader(dataset: Dataset, batch_size: int, num_samples: int, *, workers: int = 0,
-                pin_memory: bool = False, seed: int = 0, prefetch_factor: int = 2) -> DataLoader:
+def make_loader(
+    dataset: Dataset,
+    batch_size: int,
+    num_samples: int,
+    *,
+    workers: int = 0,
+    pin_memory: bool = False,
+    seed: int = 0,
+    prefetch_factor: int = 2,
+) -> DataLoader:
     """A DataLoader drawing ``num_samples`` windows in a seeded random order.
 
     The order depends only on ``seed``, never on ``workers``, so configurations that differ
@@ -133,13 +144,26 @@ def make_loader(dataset: Dataset, batch_size: int, num_samples: int, *, workers:
     """
     _flag(pin_memory=pin_memory)
     batch_size, num_samples = count(batch_size=batch_size, num_samples=num_samples)
-    workers, = count(0, workers=workers)
-    sampler = RandomSampler(dataset, replacement=True, num_samples=num_samples,
-                            generator=torch.Generator().manual_seed(seed))
-    extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers else {}
+    (workers,) = count(0, workers=workers)
+    sampler = RandomSampler(
+        dataset,  # type: ignore[arg-type]  # (a map-style dataset: Sized)
+        replacement=True,
+        num_samples=num_samples,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    extra: dict[str, Any] = (
+        {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers else {}
+    )
     with _no_worker_advice():
-        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
-                          pin_memory=pin_memory, drop_last=True, **extra)
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=sampler,
+            num_workers=workers,
+            pin_memory=pin_memory,
+            drop_last=True,
+            **extra,
+        )
 
 
 @contextlib.contextmanager

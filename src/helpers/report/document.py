@@ -27,8 +27,22 @@ from ..i18n import text, tr
 from . import rules
 from .provenance import header_line, provenance
 
-COLUMNS = ("step", "change", "step time ms median [min–max]", "samples/s", "tokens/s", "memory MiB",
-           "loss", "MFU", "HFU", "vs baseline", "faster", "bottleneck", "decision", "notes")
+COLUMNS = (
+    "step",
+    "change",
+    "step time ms median [min–max]",
+    "samples/s",
+    "tokens/s",
+    "memory MiB",
+    "loss",
+    "MFU",
+    "HFU",
+    "vs baseline",
+    "faster",
+    "bottleneck",
+    "decision",
+    "notes",
+)
 RECORDED = {  # name -> file in helpers/data (see capstone_recorded_README.md)
     "cpu-quick": "capstone_recorded_cpu-quick.json",
     "cpu-full": "capstone_recorded_cpu-full.json",
@@ -64,14 +78,20 @@ def table_row(row: dict[str, Any]) -> list[str]:
     vs = row.get("vs_baseline") or {}
     delta = vs.get("step_time_delta_ms")
     return [
-        row["name"], text(row["change"]),
+        row["name"],
+        text(row["change"]),
         f"{row['step_time_ms']:.2f} [{row['step_time_min_ms']:.2f}–{row['step_time_max_ms']:.2f}]",
-        f"{row['samples_per_s']:,.1f}", f"{row['tokens_per_s']:,.0f}",
-        f"{row['memory_mb']:.2f} ({mem_kind})", f"{row['loss']:.4f}",
-        _pct(row["mfu"]), _pct(row["hfu"]),
+        f"{row['samples_per_s']:,.1f}",
+        f"{row['tokens_per_s']:,.0f}",
+        f"{row['memory_mb']:.2f} ({mem_kind})",
+        f"{row['loss']:.4f}",
+        _pct(row["mfu"]),
+        _pct(row["hfu"]),
         "—" if delta is None or row.get("decision") == "baseline" else f"{delta:+.2f} ms",
         "—" if row.get("decision") == "baseline" else speed_cell(row),
-        row["bottleneck"], row.get("decision", ""), _notes(row),
+        row["bottleneck"],
+        row.get("decision", ""),
+        _notes(row),
     ]
 
 
@@ -84,32 +104,37 @@ def speed_cell(row: dict[str, Any]) -> str:
         return f"{speed['verdict']} ({speed['speedup']:.2f}x, {speed['low']:.2f}–{speed['high']:.2f})"
     if row.get("decision") in (None, "baseline"):
         return "—"
-    return ("yes" if row.get("faster") else "no") + \
-        " (recorded before interleaved comparisons: median vs fastest window)"
+    return (
+        "yes" if row.get("faster") else "no"
+    ) + " (recorded before interleaved comparisons: median vs fastest window)"
 
 
 def format_row(row: dict[str, Any]) -> str:
     """A few lines about one measured row, for a notebook."""
     p = row["phases_ms"]
-    mem = (f"CUDA peak {row['peak_mem_mb']:.1f} MiB, " if row.get("peak_mem_mb") is not None else "")
-    lines = [f"{row['name']}: {row['change']}",
-             f"  step {row['step_time_ms']:.2f} ms (median of {len(row['step_time_samples_ms'])} windows; "
-             f"min {row['step_time_min_ms']:.2f}, max {row['step_time_max_ms']:.2f}; first step "
-             f"{row['first_step_ms']:.0f} ms) | {row['samples_per_s']:,.1f} samples/s | "
-             f"{row['tokens_per_s']:,.0f} tokens/s",
-             f"  memory: {mem}saved for backward {row['saved_mb']:.2f} MiB | loss after "
-             f"{row['loss_steps']} steps {row['loss']:.4f} | MFU {row['mfu']:.2%}, HFU {row['hfu']:.2%} "
-             f"({row['precision']} peak {row['peak_flops'] / 1e12:.3g} TFLOP/s, {row['peak_kind']})",
-             f"  trace, ms per step: data {p['data']:.2f}, forward {p['forward']:.2f}, backward "
-             f"{p['backward']:.2f}, optimizer {p['optimizer']:.2f}, other {p['other']:.2f} -> "
-             f"{row['bottleneck']} (data / compute {row['data_ratio']:.0%})"]
+    mem = f"CUDA peak {row['peak_mem_mb']:.1f} MiB, " if row.get("peak_mem_mb") is not None else ""
+    lines = [
+        f"{row['name']}: {row['change']}",
+        f"  step {row['step_time_ms']:.2f} ms (median of {len(row['step_time_samples_ms'])} windows; "
+        f"min {row['step_time_min_ms']:.2f}, max {row['step_time_max_ms']:.2f}; first step "
+        f"{row['first_step_ms']:.0f} ms) | {row['samples_per_s']:,.1f} samples/s | "
+        f"{row['tokens_per_s']:,.0f} tokens/s",
+        f"  memory: {mem}saved for backward {row['saved_mb']:.2f} MiB | loss after "
+        f"{row['loss_steps']} steps {row['loss']:.4f} | MFU {row['mfu']:.2%}, HFU {row['hfu']:.2%} "
+        f"({row['precision']} peak {row['peak_flops'] / 1e12:.3g} TFLOP/s, {row['peak_kind']})",
+        f"  trace, ms per step: data {p['data']:.2f}, forward {p['forward']:.2f}, backward "
+        f"{p['backward']:.2f}, optimizer {p['optimizer']:.2f}, other {p['other']:.2f} -> "
+        f"{row['bottleneck']} (data / compute {row['data_ratio']:.0%})",
+    ]
     if row.get("decision") not in (None, "baseline"):
         vs = row["vs_previous"]
         verdict = speed_cell(row)
-        lines.append(f"  vs {row.get('tried_on', 'previous')}: {vs['step_time_delta_ms']:+.2f} ms (medians); "
-                     f"interleaved: {verdict}"
-                     f"; loss change {row['loss_change']:+.4f} (tolerance ±{row['loss_tolerance']:.4f})"
-                     f" -> {row['decision'].upper()}")
+        lines.append(
+            f"  vs {row.get('tried_on', 'previous')}: {vs['step_time_delta_ms']:+.2f} ms (medians); "
+            f"interleaved: {verdict}"
+            f"; loss change {row['loss_change']:+.4f} (tolerance ±{row['loss_tolerance']:.4f})"
+            f" -> {row['decision'].upper()}"
+        )
         if row.get("speed"):
             lines.append(f"  {row['speed']['sentence']}")
         lines += [f"  check: {flag}" for flag in row.get("flags", [])]
@@ -152,34 +177,46 @@ class Report:
 
     def to_markdown(self) -> str:
         hw, cfg = self.hardware, self.config
-        lines = [f"# Performance report: {self.experiment}", "",
-                 "```", f"experiment: {self.experiment}",
-                 f"hardware: {hw['num_devices']}x {hw['device_name']}; peaks: " + "; ".join(
-                     f"{k} {v['flops'] / 1e12:.4g} TFLOP/s ({v['kind']}: {v['source']})"
-                     for k, v in hw["peaks"].items()),
-                 f"config: {cfg['describe']}", f"parallel: {self.parallel}",
-                 header_line({"torch": hw.get("torch"), **self.recorded}), "```", "",
-                 "## Throughput", "",
-                 f"Loss after {self.baseline['loss_steps']} steps must stay within "
-                 f"{rules.LOSS_TOLERANCE:.0%} of the baseline's ({self.baseline['loss']:.4f}). "
-                 "'faster' is the verdict of an interleaved comparison with the configuration the "
-                 "change was tried on (speed-up, 95 % interval): faster, slower or within noise; "
-                 "only 'faster' keeps a change. Memory: 'peak' = CUDA peak allocated, 'saved' = "
-                 "bytes saved for backward (CPU). 'check:' notes say which numbers to doubt.", ""]
+        lines = [
+            f"# Performance report: {self.experiment}",
+            "",
+            "```",
+            f"experiment: {self.experiment}",
+            f"hardware: {hw['num_devices']}x {hw['device_name']}; peaks: "
+            + "; ".join(
+                f"{k} {v['flops'] / 1e12:.4g} TFLOP/s ({v['kind']}: {v['source']})"
+                for k, v in hw["peaks"].items()
+            ),
+            f"config: {cfg['describe']}",
+            f"parallel: {self.parallel}",
+            header_line({"torch": hw.get("torch"), **self.recorded}),
+            "```",
+            "",
+            "## Throughput",
+            "",
+            f"Loss after {self.baseline['loss_steps']} steps must stay within "
+            f"{rules.LOSS_TOLERANCE:.0%} of the baseline's ({self.baseline['loss']:.4f}). "
+            "'faster' is the verdict of an interleaved comparison with the configuration the "
+            "change was tried on (speed-up, 95 % interval): faster, slower or within noise; "
+            "only 'faster' keeps a change. Memory: 'peak' = CUDA peak allocated, 'saved' = "
+            "bytes saved for backward (CPU). 'check:' notes say which numbers to doubt.",
+            "",
+        ]
         table = self.table()
         lines.append("| " + " | ".join(table[0]) + " |")
         lines.append("|" + "---|" * len(table[0]))
         lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in table[1:]]
         lines += ["", "## Trace findings", ""] + [f"- {f}" for f in self.trace_findings]
-        lines += ["", "## Top operators and device idle time", ""] + _hot_spots(self.rows)
+        lines += ["", "## Top operators and device idle time", "", *_hot_spots(self.rows)]
         lines += ["", "## Findings (written by the analyst)", ""]
         if self.analyst_findings is None:
             lines.append("- none written yet")
         else:
             lines += [f"- {k}: {_plain(v)}" for k, v in self.analyst_findings.items()]
             problems = self.findings_problems()
-            lines.append("- checked against the rows: "
-                         + ("; ".join(problems) if problems else "every field agrees"))
+            lines.append(
+                "- checked against the rows: " + ("; ".join(problems) if problems else "every field agrees")
+            )
         lines += ["", "## Next action", ""] + [f"- {a}" for a in self.next_action]
         # in the notebook's language, line by line (the table's rows are numbers and names)
         return "\n".join(text(line) for line in "\n".join(lines).split("\n")) + "\n"
@@ -217,15 +254,22 @@ def _hot_spots(rows: list[dict[str, Any]]) -> list[str]:
     for label, row in [("baseline", rows[0])] + ([("tuned", tuned)] if tuned is not rows[0] else []):
         ops = row.get("top_ops")
         if not ops:
-            out.append(f"- {label} ({row['name']}): top operators not in this recording "
-                       "(recorded before reports kept them)")
+            out.append(
+                f"- {label} ({row['name']}): top operators not in this recording "
+                "(recorded before reports kept them)"
+            )
             continue
         what = "kernels" if row.get("device", "").startswith("cuda") else "operators (self time)"
-        out.append(f"- {label} ({row['name']}), top {what}, ms per step: "
-                   + ", ".join(f"{name} {ms:.2f}" for name, ms in ops))
+        out.append(
+            f"- {label} ({row['name']}), top {what}, ms per step: "
+            + ", ".join(f"{name} {ms:.2f}" for name, ms in ops)
+        )
         idle = row.get("device_idle_share")
-        out.append(f"  - GPU idle: {idle:.1%} of the profiled steps" if idle is not None else
-                   "  - GPU idle: not applicable (a CPU run has no separate device to wait on)")
+        out.append(
+            f"  - GPU idle: {idle:.1%} of the profiled steps"
+            if idle is not None
+            else "  - GPU idle: not applicable (a CPU run has no separate device to wait on)"
+        )
     return out
 
 
@@ -238,16 +282,25 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
         out.append("no change was kept: the tuned configuration is the baseline")
     for label, row in pairs:
         p = row["phases_ms"]
-        out.append(f"{label} ({row['name']}): {row['bottleneck']}; per step data {p['data']:.2f} ms, "
-                   f"forward {p['forward']:.2f}, backward {p['backward']:.2f}, optimizer "
-                   f"{p['optimizer']:.2f}, other {p['other']:.2f} ms; data / compute "
-                   f"{row['data_ratio']:.0%} (stall above {rules.STALL_THRESHOLD:.0%}) — "
-                   f"{len(row['phase_steps_ms'])} profiled steady-state steps")
+        out.append(
+            f"{label} ({row['name']}): {row['bottleneck']}; per step data {p['data']:.2f} ms, "
+            f"forward {p['forward']:.2f}, backward {p['backward']:.2f}, optimizer "
+            f"{p['optimizer']:.2f}, other {p['other']:.2f} ms; data / compute "
+            f"{row['data_ratio']:.0%} (stall above {rules.STALL_THRESHOLD:.0%}) — "
+            f"{len(row['phase_steps_ms'])} profiled steady-state steps"
+        )
     for row in rows[1:]:
         if row.get("decision") == "revert":
-            out.append(f"reverted {row['name']}: " + ("loss moved beyond tolerance" if abs(
-                row["loss_change"]) > row["loss_tolerance"] else f"not faster ({speed_cell(row)})"
-                if not row.get("faster") else "does not fit the memory budget"))
+            out.append(
+                f"reverted {row['name']}: "
+                + (
+                    "loss moved beyond tolerance"
+                    if abs(row["loss_change"]) > row["loss_tolerance"]
+                    else f"not faster ({speed_cell(row)})"
+                    if not row.get("faster")
+                    else "does not fit the memory budget"
+                )
+            )
     return out
 
 
@@ -255,17 +308,25 @@ def next_actions(rows: list[dict[str, Any]]) -> list[str]:
     """The next round: the fix for the tuned configuration's bottleneck, then reruns."""
     kept = rules.kept_row(rows)
     untried = rules.next_actions_for(rows)
-    first = (f"tuned is {kept['bottleneck']}: next, try {' or '.join(untried)}" if untried else
-             f"tuned is {kept['bottleneck']}: the capstone's usual fixes for it were all tried; look beyond "
-             f"them ({rules.NEXT_ACTIONS[kept['bottleneck']]})")
-    return [first,
-            "rerun the same measurement (same seed, warm-up and windows) and add the row to this table",
-            "re-measure on a quiet machine before trusting small differences (see the min–max ranges)"]
+    first = (
+        f"tuned is {kept['bottleneck']}: next, try {' or '.join(untried)}"
+        if untried
+        else f"tuned is {kept['bottleneck']}: the capstone's usual fixes for it were all tried; look beyond "
+        f"them ({rules.NEXT_ACTIONS[kept['bottleneck']]})"
+    )
+    return [
+        first,
+        "rerun the same measurement (same seed, warm-up and windows) and add the row to this table",
+        "re-measure on a quiet machine before trusting small differences (see the min–max ranges)",
+    ]
 
 
-def build_report(rows: list[dict[str, Any]], experiment: str | None = None,
-                 recorded: dict[str, Any] | None = None,
-                 analyst_findings: dict[str, Any] | None = None) -> Report:
+def build_report(
+    rows: list[dict[str, Any]],
+    experiment: str | None = None,
+    recorded: dict[str, Any] | None = None,
+    analyst_findings: dict[str, Any] | None = None,
+) -> Report:
     """A report from the rows of a :class:`helpers.report.Tuner` (baseline first). Without
     ``recorded``, the header states this process's provenance (date, command, device model,
     threads, versions, commit): the report is being made here and now. ``analyst_findings``
@@ -276,39 +337,52 @@ def build_report(rows: list[dict[str, Any]], experiment: str | None = None,
     base = rows[0]
     cfg = base["config"]
     m = cfg["model"]
-    peaks = {}
+    peaks: dict[str, dict[str, Any]] = {}
     for row in rows:
-        peaks.setdefault(row["precision"], {"flops": row["peak_flops"], "kind": row["peak_kind"],
-                                            "source": row["peak_source"]})
-    hardware = {"device": base["device"], "device_name": base["device_name"], "num_devices": 1,
-                "peaks": peaks, "torch": torch.__version__, "python": platform.python_version()}
-    describe = (f"layers={m['n_layers']}, hidden={m['d_model']}, heads={m['n_heads']}, "
-                f"seq={cfg['seq_len']}, global_batch={cfg['batch_size']}, vocab={m['vocab_size']} (bytes), "
-                f"AdamW lr={cfg['lr']:g}, warm-up {cfg['warmup']} steps, {cfg['windows']} windows × "
-                f"{cfg['steps_per_window']} timed steps, data delay {cfg['data_delay_ms']:g} ms/batch")
+        peaks.setdefault(
+            row["precision"],
+            {"flops": row["peak_flops"], "kind": row["peak_kind"], "source": row["peak_source"]},
+        )
+    hardware = {
+        "device": base["device"],
+        "device_name": base["device_name"],
+        "num_devices": 1,
+        "peaks": peaks,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    describe = (
+        f"layers={m['n_layers']}, hidden={m['d_model']}, heads={m['n_heads']}, "
+        f"seq={cfg['seq_len']}, global_batch={cfg['batch_size']}, vocab={m['vocab_size']} (bytes), "
+        f"AdamW lr={cfg['lr']:g}, warm-up {cfg['warmup']} steps, {cfg['windows']} windows × "
+        f"{cfg['steps_per_window']} timed steps, data delay {cfg['data_delay_ms']:g} ms/batch"
+    )
     tuned = [r for r in rows if r.get("decision") in ("baseline", "keep")][-1]
     ckpt = "on" if tuned["config"]["checkpointing"] else "off"
-    return Report(experiment or f"{m['name']}: baseline -> tuned", hardware,
-                  {**{k: v for k, v in cfg.items() if k != "model"}, "model": m, "describe": describe},
-                  f"dp=1, tp=1, pp=1, activation_checkpoint={ckpt} (tuned)", rows,
-                  findings(rows), next_actions(rows),
-                  provenance(base["device"], threads=cfg.get("threads")) if recorded is None else recorded,
-                  dict(analyst_findings) if analyst_findings is not None else None)
+    return Report(
+        experiment or f"{m['name']}: baseline -> tuned",
+        hardware,
+        {**{k: v for k, v in cfg.items() if k != "model"}, "model": m, "describe": describe},
+        f"dp=1, tp=1, pp=1, activation_checkpoint={ckpt} (tuned)",
+        rows,
+        findings(rows),
+        next_actions(rows),
+        provenance(base["device"], threads=cfg.get("threads")) if recorded is None else recorded,
+        dict(analyst_findings) if analyst_findings is not None else None,
+    )
 
 
 def rederive(rows: list[dict[str, Any]], memory_budget_mb: float | None = None) -> list[dict[str, Any]]:
     """Recompute every derived number of a report's rows from the measured ones (each row
     against the baseline and the row it was tried on), as :class:`~helpers.report.Tuner` did."""
-    from .runner import derive
-
     out: list[dict[str, Any]] = []
     for i, row in enumerate(rows):
         if i == 0:
-            new = derive(row, baseline=row)
+            new = rules.derive(row, baseline=row)
             new["decision"] = "baseline"
         else:
             previous = next(r for r in out if r["name"] == row["tried_on"])
-            new = derive(row, baseline=out[0], previous=previous, memory_budget_mb=memory_budget_mb)
+            new = rules.derive(row, baseline=out[0], previous=previous, memory_budget_mb=memory_budget_mb)
         out.append(new)
     return out
 
@@ -347,8 +421,10 @@ def recorded_report(name: str = "cpu-quick") -> Report:
 
 
 #: Profiler traces recorded by this project (scripts/record_capstone_traces.py): name -> file.
-RECORDED_TRACES = {name: f"capstone_trace_{name}.json.gz" for name in
-                   ("tiny-baseline", "tiny-workers", "tiny-fused", "tiny-compiled", "wide-batch1")}
+RECORDED_TRACES = {
+    name: f"capstone_trace_{name}.json.gz"
+    for name in ("tiny-baseline", "tiny-workers", "tiny-fused", "tiny-compiled", "wide-batch1")
+}
 
 
 def recorded_trace(name: str = "tiny-baseline") -> Path:
@@ -369,8 +445,10 @@ def plot_report(report: Report):
     i18n.for_plot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     med = [r["step_time_ms"] for r in rows]
-    err = [[r["step_time_ms"] - r["step_time_min_ms"] for r in rows],
-           [r["step_time_max_ms"] - r["step_time_ms"] for r in rows]]
+    err = [
+        [r["step_time_ms"] - r["step_time_min_ms"] for r in rows],
+        [r["step_time_max_ms"] - r["step_time_ms"] for r in rows],
+    ]
     axes[0].bar(names, med, yerr=err, color=colors, capsize=3)
     axes[0].set_ylabel(tr("step time, ms (median, min–max)"))
     x = range(len(rows))

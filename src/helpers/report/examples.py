@@ -14,12 +14,32 @@ from __future__ import annotations
 from typing import Any
 
 
-def _row(name: str, tried_on: str | None, step: float, data: float, fwd: float, bwd: float, opt: float,
-         verdict: str | None, loss: float, peak_mb: float, decision: str) -> dict[str, Any]:
+def _row(
+    name: str,
+    tried_on: str | None,
+    step: float,
+    data: float,
+    fwd: float,
+    bwd: float,
+    opt: float,
+    verdict: str | None,
+    loss: float,
+    peak_mb: float,
+    decision: str,
+) -> dict[str, Any]:
     phases = {"data": data, "forward": fwd, "backward": bwd, "optimizer": opt}
     phases["other"] = round(step - sum(phases.values()), 6)
-    row = {"name": name, "example": True, "device": "cuda", "step_time_ms": step, "phases_ms": phases,
-           "loss": loss, "peak_mem_mb": peak_mb, "saved_mb": None, "decision": decision}
+    row = {
+        "name": name,
+        "example": True,
+        "device": "cuda",
+        "step_time_ms": step,
+        "phases_ms": phases,
+        "loss": loss,
+        "peak_mem_mb": peak_mb,
+        "saved_mb": None,
+        "decision": decision,
+    }
     if tried_on is not None:
         row.update(tried_on=tried_on, speed={"verdict": verdict})
     return row
@@ -50,5 +70,7 @@ def example_gpu_reports() -> dict[str, dict[str, Any]]:
         _row("fused", "no_sync", 9.5, 0.6, 3.0, 5.0, 0.5, "faster", 3.099, 900.0, "keep"),
         _row("compile", "fused", 8.0, 0.6, 2.0, 3.5, 0.4, "faster", 3.098, 700.0, "keep"),
     ]
-    return {"gpu-large-example": {"rows": large, "memory_budget_mb": 40_000.0},
-            "gpu-small-example": {"rows": small, "memory_budget_mb": None}}
+    return {
+        "gpu-large-example": {"rows": large, "memory_budget_mb": 40_000.0},
+        "gpu-small-example": {"rows": small, "memory_budget_mb": None},
+    }

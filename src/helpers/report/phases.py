@@ -25,14 +25,20 @@ RANGES = {"data": "dataloader", "forward": "forward", "backward": "backward", "o
 
 
 def _host_ranges(trace: Trace, name: str) -> list[tuple[float, float]]:
-    return [(e.ts, e.end) for e in trace.events
-            if e.stream is None and e.name == name and e.cat in ("user_annotation", "")]
+    return [
+        (e.ts, e.end)
+        for e in trace.events
+        if e.stream is None and e.name == name and e.cat in ("user_annotation", "")
+    ]
 
 
 def _launch_times(trace: Trace) -> dict[int, float]:
     """correlation id -> host time of the launch (runtime / driver call) of device work."""
-    return {e.correlation: e.ts for e in trace.events
-            if e.stream is None and e.correlation is not None and e.cat in ("cuda_runtime", "cuda_driver")}
+    return {
+        e.correlation: e.ts
+        for e in trace.events
+        if e.stream is None and e.correlation is not None and e.cat in ("cuda_runtime", "cuda_driver")
+    }
 
 
 def _inside(t: float, spans: Sequence[tuple[float, float]]) -> bool:
@@ -43,12 +49,16 @@ def step_phases(trace: Trace) -> list[dict[str, float]]:
     """Per ``ProfilerStep``: ms of data, forward, backward, optimizer and other."""
     steps = [s for s in trace.steps() if s.name.startswith("ProfilerStep")] or trace.steps()
     if not steps:
-        raise ValueError(f"{trace.path}: no ProfilerStep#N events; record with a torch.profiler "
-                         "schedule and call prof.step() after every step")
+        raise ValueError(
+            f"{trace.path}: no ProfilerStep#N events; record with a torch.profiler "
+            "schedule and call prof.step() after every step"
+        )
     ranges = {phase: _host_ranges(trace, name) for phase, name in RANGES.items()}
     if not any(ranges.values()):
-        raise ValueError(f"{trace.path}: no dataloader / forward / backward / optimizer ranges; "
-                         "annotate the loop with helpers.nvtx.annotate(name)")
+        raise ValueError(
+            f"{trace.path}: no dataloader / forward / backward / optimizer ranges; "
+            "annotate the loop with helpers.nvtx.annotate(name)"
+        )
     if trace.is_gpu:
         launches = _launch_times(trace)
         breakdown = {b.step: b for b in timeline.step_breakdown(trace)}
@@ -59,8 +69,13 @@ def step_phases(trace: Trace) -> list[dict[str, float]]:
         ms: dict[str, float] = {}
         if trace.is_gpu:
             for phase in ("forward", "backward", "optimizer"):
-                kernels = [(e.ts, e.end) for e in trace.events if e.stream is not None
-                           and e.correlation in launches and _inside(launches[e.correlation], spans[phase])]
+                kernels = [
+                    (e.ts, e.end)
+                    for e in trace.events
+                    if e.stream is not None
+                    and e.correlation in launches
+                    and _inside(launches[e.correlation], spans[phase])
+                ]
                 ms[phase] = timeline.union_length(kernels) / 1e3
             ms["data"] = breakdown[step.name].data_wait_us / 1e3
         else:
@@ -97,17 +112,19 @@ def top_operators(trace: Trace, n: int = 5) -> list[tuple[str, float]]:
             if e.stream is not None and lo <= e.ts < hi:
                 totals[e.name] = totals.get(e.name, 0.0) + e.dur
     else:
-        ops = sorted((e for e in trace.events if e.stream is None and e.cat == "cpu_op" and lo <= e.ts < hi),
-                     key=lambda e: (e.tid, e.ts, -e.dur))
+        ops = sorted(
+            (e for e in trace.events if e.stream is None and e.cat == "cpu_op" and lo <= e.ts < hi),
+            key=lambda e: (e.tid, e.ts, -e.dur),
+        )
         open_ops: list[list] = []  # [event, time of its children] on the current thread
-        for e in ops + [None]:
-            while open_ops and (e is None or e.tid != open_ops[-1][0].tid or e.ts >= open_ops[-1][0].end):
+        for op in [*ops, None]:
+            while open_ops and (op is None or op.tid != open_ops[-1][0].tid or op.ts >= open_ops[-1][0].end):
                 done, children = open_ops.pop()
                 totals[done.name] = totals.get(done.name, 0.0) + max(0.0, done.dur - children)
                 if open_ops and open_ops[-1][0].tid == done.tid:
                     open_ops[-1][1] += done.dur
-            if e is not None:
-                open_ops.append([e, 0.0])
+            if op is not None:
+                open_ops.append([op, 0.0])
     ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:n]
     return [(name, us / 1e3 / len(steps)) for name, us in ranked]
 

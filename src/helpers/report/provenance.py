@@ -51,8 +51,12 @@ def _commit() -> str:
     for folder in here.parents:
         if (folder / ".git").exists():
             try:
-                out = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"],
-                                     capture_output=True, text=True, timeout=5)
+                out = subprocess.run(
+                    ["git", "-C", str(folder), "rev-parse", "--short", "HEAD"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                )
             except (OSError, subprocess.TimeoutExpired):
                 return "a git checkout (commit unknown: git did not answer)"
             return out.stdout.strip() or "a git checkout (commit unknown)"
@@ -65,12 +69,17 @@ def provenance(device: str = "cpu", command: str | None = None, threads: int | N
     ``threads``: the CPU threads the runs used (default: torch's setting now)."""
     from .. import __version__
 
-    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": command or _command(), "device_model": device_model(device),
-            "threads": threads or torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "torch": torch.__version__, "python": platform.python_version(),
-            "course": __version__, "commit": _commit()}
-
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command or _command(),
+        "device_model": device_model(device),
+        "threads": threads or torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "course": __version__,
+        "commit": _commit(),
+    }
 
 
 def header_line(recorded: dict[str, Any]) -> str:
@@ -78,9 +87,15 @@ def header_line(recorded: dict[str, Any]) -> str:
     not recorded, never shown as '?'."""
     have = lambda key: recorded.get(key) not in (None, "")  # noqa: E731
     parts, missing = [], []
-    for key, shown in (("date", "{}"), ("command", "{}"), ("device_model", "{}"),
-                       ("threads", "{} CPU threads"), ("torch", "torch {}"), ("course", "course {}"),
-                       ("commit", "commit {}")):
+    for key, shown in (
+        ("date", "{}"),
+        ("command", "{}"),
+        ("device_model", "{}"),
+        ("threads", "{} CPU threads"),
+        ("torch", "torch {}"),
+        ("course", "course {}"),
+        ("commit", "commit {}"),
+    ):
         (parts.append(shown.format(recorded[key])) if have(key) else missing.append(key.replace("_", " ")))
     if have("where"):
         parts.append(str(recorded["where"]))

@@ -5,6 +5,9 @@
 * :func:`data_stall` — data time above 20% of compute time is a bottleneck;
 * :func:`bottleneck_class` — which part of the step to work on next, from the trace's phases;
 * :func:`decide` — keep or revert a change (loss first, then memory, then speed);
+* :func:`derive` — a measured row's derived numbers (throughput, memory, MFU / HFU, data stall,
+  bottleneck class, flags; against a baseline: deltas and the keep / revert decision), all
+  from the functions here;
 * :func:`flags` — what makes a row's numbers doubtful (a saving larger than the phase changed,
   timed and profiled step times that disagree, an untouched phase that moved, a noisy MFU peak,
   a timed run shorter than the loader's queue).
@@ -15,10 +18,11 @@ against them without running anything.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._validate import flag as _flag
+from .._validate import unknown
 
 STALL_THRESHOLD = 0.2  # data time above 20% of compute time is a bottleneck
 LOSS_TOLERANCE = 0.02  # a change may move the loss after N steps by at most 2% of the baseline's
@@ -28,8 +32,7 @@ NEXT_ACTIONS = {
     "data-bound": "more DataLoader workers, pinned memory, prefetching or caching samples",
     "compute-bound": "mixed precision (bf16), torch.compile / fused kernels, fewer syncs",
     "optimizer-bound": "a fused optimizer, fewer parameters to update (LoRA / adapters)",
-    "host-bound": "remove per-step syncs (.item()), fewer and larger kernels (torch.compile), "
-                  "CUDA graphs",
+    "host-bound": "remove per-step syncs (.item()), fewer and larger kernels (torch.compile), CUDA graphs",
 }
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 
@@ -65,16 +68,22 @@ def compare(baseline: Mapping[str, Any], tuned: Mapping[str, Any]) -> dict[str, 
     base_mem, tuned_mem = memory_mb(baseline), memory_mb(tuned)
     mem_delta = None if base_mem is None or tuned_mem is None else base_mem - tuned_mem
     speed = tuned.get("speed")
-    same_pair = speed is not None and tuned.get("tried_on") is not None \
+    same_pair = (
+        speed is not None
+        and tuned.get("tried_on") is not None
         and tuned.get("tried_on") == baseline.get("name")
-    return {"step_time_delta_ms": time_delta,
-            "memory_delta_mb": mem_delta,
-            "time_improved": speed["verdict"] == "faster" if same_pair else None,
-            "memory_improved": None if mem_delta is None else mem_delta > 0}
+    )
+    return {
+        "step_time_delta_ms": time_delta,
+        "memory_delta_mb": mem_delta,
+        "time_improved": speed["verdict"] == "faster" if same_pair and speed is not None else None,
+        "memory_improved": None if mem_delta is None else mem_delta > 0,
+    }
 
 
-def data_stall(data_ms: list[float], compute_ms: list[float],
-               threshold: float = STALL_THRESHOLD) -> tuple[float, bool]:
+def data_stall(
+    data_ms: list[float], compute_ms: list[float], threshold: float = STALL_THRESHOLD
+) -> tuple[float, bool]:
     """(total data time / total compute time, stalled) over the same steps; stalled when the
     ratio is above ``threshold`` (strictly)."""
     if len(data_ms) != len(compute_ms) or not data_ms:
@@ -100,14 +109,23 @@ def bottleneck_class(phases: Mapping[str, float], threshold: float = STALL_THRES
     compute = phases["forward"] + phases["backward"] + phases["optimizer"]
     if phases["data"] > threshold * compute:
         return "data-bound"
-    parts = {"compute-bound": phases["forward"] + phases["backward"],
-             "optimizer-bound": phases["optimizer"], "host-bound": phases["other"]}
-    return max(parts, key=parts.get)
+    parts = {
+        "compute-bound": phases["forward"] + phases["backward"],
+        "optimizer-bound": phases["optimizer"],
+        "host-bound": phases["other"],
+    }
+    return max(parts, key=parts.__getitem__)
 
 
-def decide(loss_change: float, memory_before_mb: float | None, memory_after_mb: float | None,
-           faster: bool, loss_tolerance: float, memory_budget_mb: float | None = None) -> str:
-    """"keep" or "revert" a change, in this order:
+def decide(
+    loss_change: float,
+    memory_before_mb: float | None,
+    memory_after_mb: float | None,
+    faster: bool,
+    loss_tolerance: float,
+    memory_budget_mb: float | None = None,
+) -> str:
+    """ "keep" or "revert" a change, in this order:
 
     1. the loss after N steps moved more than ``loss_tolerance`` from the baseline's -> revert;
     2. with a memory budget: the change does not fit -> revert; it makes a run fit that did
@@ -126,9 +144,14 @@ def decide(loss_change: float, memory_before_mb: float | None, memory_after_mb: 
 
 
 #: The phases of the step each capstone change acts on (the rest should not move).
-TOUCHES = {"no_sync": ("other",), "workers": ("data",), "bf16": ("forward", "backward"),
-           "fused": ("optimizer",), "checkpoint": ("forward", "backward"),
-           "compile": ("forward", "backward", "optimizer", "other")}
+TOUCHES = {
+    "no_sync": ("other",),
+    "workers": ("data",),
+    "bf16": ("forward", "backward"),
+    "fused": ("optimizer",),
+    "checkpoint": ("forward", "backward"),
+    "compile": ("forward", "backward", "optimizer", "other"),
+}
 FLAG_SHARE = 0.2  # timed vs profiled, and an untouched phase, may differ by this much
 PEAK_SPREAD_LIMIT = 0.2  # a measured peak whose runs spread more than this gives no trustworthy MFU
 QUEUE_RUNS = 3  # a timed run should last at least this many times the loader's queue
@@ -157,11 +180,14 @@ def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> 
     timed, phases = row["step_time_ms"], row["phases_ms"]
     profiled = sum(phases[p] for p in PHASES)
     if timed > 0 and abs(profiled - timed) > FLAG_SHARE * timed:
-        out.append(f"timed step {timed:.2f} ms vs profiled {profiled:.2f} ms: more than "
-                   f"{FLAG_SHARE:.0%} apart")
+        out.append(
+            f"timed step {timed:.2f} ms vs profiled {profiled:.2f} ms: more than {FLAG_SHARE:.0%} apart"
+        )
     if row.get("mfu") is not None and row["mfu"] > 1:
-        out.append(f"MFU {row['mfu']:.0%}: above 100 %, so the {row.get('peak_kind', '')} peak is below what "
-                   "the step reached and cannot be its denominator")
+        out.append(
+            f"MFU {row['mfu']:.0%}: above 100 %, so the {row.get('peak_kind', '')} peak is below what "
+            "the step reached and cannot be its denominator"
+        )
     spread = row.get("peak_spread")
     if row.get("peak_kind") == "measured" and spread is not None and spread > PEAK_SPREAD_LIMIT:
         out.append(f"the measured peak's runs spread {spread:.0%}: MFU is not reliable")
@@ -169,45 +195,108 @@ def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> 
     workers, prefetch = cfg.get("workers", 0), cfg.get("prefetch_factor", 2)
     timed_steps = cfg.get("windows", 0) * cfg.get("steps_per_window", 0)
     if workers and timed_steps < QUEUE_RUNS * workers * prefetch:
-        out.append(f"{timed_steps} timed steps against a loader queue of {workers} × {prefetch} batches: "
-                   "a slow loader can hide behind the queue")
+        out.append(
+            f"{timed_steps} timed steps against a loader queue of {workers} × {prefetch} batches: "
+            "a slow loader can hide behind the queue"
+        )
     window = (row.get("speed") or {}).get("window_steps")
     waited = row.get("data_wait_ms") or 0.0
-    if workers and window is not None and window < QUEUE_RUNS * workers * prefetch and timed > 0 \
-            and waited > DATA_WAIT_SHARE * timed:
-        out.append(f"the verdict's windows of {window} steps are shorter than {QUEUE_RUNS} × the loader's "
-                   f"queue of {workers} × {prefetch} batches, and the timed run waited {waited:.2f} ms per "
-                   "step for data: the verdict may not see that wait")
+    if (
+        workers
+        and window is not None
+        and window < QUEUE_RUNS * workers * prefetch
+        and timed > 0
+        and waited > DATA_WAIT_SHARE * timed
+    ):
+        out.append(
+            f"the verdict's windows of {window} steps are shorter than {QUEUE_RUNS} × the loader's "
+            f"queue of {workers} × {prefetch} batches, and the timed run waited {waited:.2f} ms per "
+            "step for data: the verdict may not see that wait"
+        )
     touched = TOUCHES.get(row.get("name", ""))
     if previous is not None and touched is not None:
         before = previous["phases_ms"]
         saving = previous["step_time_ms"] - timed
         room = sum(before[p] for p in touched)
         if saving > room:
-            out.append(f"saved {saving:.2f} ms, more than the {room:.2f} ms of {' + '.join(touched)} "
-                       "it acts on")
+            out.append(
+                f"saved {saving:.2f} ms, more than the {room:.2f} ms of {' + '.join(touched)} it acts on"
+            )
         for p in PHASES:
             moved = phases[p] - before[p]
-            if p not in touched and abs(moved) > FLAG_SHARE * before[p] and \
-                    abs(moved) > 0.05 * previous["step_time_ms"]:
+            if (
+                p not in touched
+                and abs(moved) > FLAG_SHARE * before[p]
+                and abs(moved) > 0.05 * previous["step_time_ms"]
+            ):
                 out.append(f"{p} moved {moved:+.2f} ms though the change does not act on it")
     verdict = (row.get("speed") or {}).get("verdict")
     if previous is not None and verdict in ("faster", "slower"):
         before = previous["step_time_ms"]
         if (verdict == "faster") != (timed < before):
-            out.append(f"timed apart, the medians ({before:.2f} -> {timed:.2f} ms) disagree with the "
-                       f"interleaved verdict '{verdict}': the load changed between the runs; read the "
-                       "verdict")
+            out.append(
+                f"timed apart, the medians ({before:.2f} -> {timed:.2f} ms) disagree with the "
+                f"interleaved verdict '{verdict}': the load changed between the runs; read the "
+                "verdict"
+            )
+    return out
+
+
+def derive(
+    row: dict[str, Any],
+    baseline: dict[str, Any] | None = None,
+    previous: dict[str, Any] | None = None,
+    loss_tolerance: float | None = None,
+    memory_budget_mb: float | None = None,
+) -> dict[str, Any]:
+    """Fill a row's derived numbers from its measured ones (and, given the baseline and the
+    configuration it was tried on, its deltas and the keep / revert decision)."""
+    out = dict(row)
+    tokens = out["batch_size"] * out["seq_len"]
+    seconds = out["step_time_ms"] / 1e3
+    out["samples_per_s"] = out["batch_size"] / seconds
+    out["tokens_per_s"] = tokens / seconds
+    out["memory_mb"] = memory_mb(out)
+    out["mfu"], out["hfu"] = mfu_hfu(out, out["peak_flops"])
+    steps = out["phase_steps_ms"]
+    out["data_ratio"], out["stalled"] = data_stall(
+        [s["data"] for s in steps], [s["forward"] + s["backward"] + s["optimizer"] for s in steps]
+    )
+    out["bottleneck"] = bottleneck_class(out["phases_ms"])
+    out["flags"] = flags(out, previous)
+    if baseline is not None:
+        tolerance = LOSS_TOLERANCE * baseline["loss"] if loss_tolerance is None else loss_tolerance
+        out["loss_tolerance"] = tolerance
+        out["loss_change"] = out["loss"] - baseline["loss"]
+        out["vs_baseline"] = compare(baseline, out)
+        ref = previous or baseline
+        out["vs_previous"] = compare(ref, out)
+        if previous is not None:
+            # faster = the interleaved verdict against the configuration it was tried on (compare
+            # reads it); a row with no such verdict is not faster: medians timed apart cannot say
+            faster = out["vs_previous"]["time_improved"] is True
+            out["faster"] = faster
+            out["decision"] = decide(
+                out["loss_change"], memory_mb(previous), out["memory_mb"], faster, tolerance, memory_budget_mb
+            )
     return out
 
 
 # --------------------------------------------------------------------------- judgement
 #: The part of the step each bottleneck class sits in.
-BOTTLENECK_PHASES = {"data-bound": ("data",), "compute-bound": ("forward", "backward"),
-                     "optimizer-bound": ("optimizer",), "host-bound": ("other",)}
+BOTTLENECK_PHASES = {
+    "data-bound": ("data",),
+    "compute-bound": ("forward", "backward"),
+    "optimizer-bound": ("optimizer",),
+    "host-bound": ("other",),
+}
 #: The usual fixes for each bottleneck class, as capstone change names (the chapter's table).
-FIXES = {"data-bound": ("workers",), "compute-bound": ("bf16", "compile"),
-         "optimizer-bound": ("fused", "compile"), "host-bound": ("no_sync", "compile")}
+FIXES = {
+    "data-bound": ("workers",),
+    "compute-bound": ("bf16", "compile"),
+    "optimizer-bound": ("fused", "compile"),
+    "host-bound": ("no_sync", "compile"),
+}
 #: What :func:`doubt` answers.
 DOUBTS = ("ok", "larger than the phase", "not faster")
 
@@ -224,7 +313,7 @@ def bottleneck_phase(phases: Mapping[str, float], threshold: float = STALL_THRES
 def room_ms(phases: Mapping[str, float], change: str) -> float:
     """The most ``change`` can save: the time of the phases it acts on (:data:`TOUCHES`)."""
     if change not in TOUCHES:
-        raise KeyError(f"unknown change {change!r}; the changes are {', '.join(TOUCHES)}")
+        raise unknown("change", change, TOUCHES)
     return sum(phases[p] for p in TOUCHES[change])
 
 
@@ -241,7 +330,7 @@ def doubt(row: Mapping[str, Any], previous: Mapping[str, Any]) -> str:
     return "ok"
 
 
-def kept_row(rows: list[Mapping[str, Any]]) -> Mapping[str, Any]:
+def kept_row(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     """The configuration kept at the end of a tuning report (rows with their decisions)."""
     kept = [r for r in rows if r.get("decision") in ("baseline", "keep")]
     if not kept:
@@ -249,7 +338,9 @@ def kept_row(rows: list[Mapping[str, Any]]) -> Mapping[str, Any]:
     return kept[-1]
 
 
-def next_actions_for(rows: list[Mapping[str, Any]], threshold: float = STALL_THRESHOLD) -> tuple[str, ...]:
+def next_actions_for(
+    rows: Sequence[Mapping[str, Any]], threshold: float = STALL_THRESHOLD
+) -> tuple[str, ...]:
     """The changes a report may try next: the fixes of the kept configuration's bottleneck that
     it has not tried yet (empty when every fix was tried)."""
     label = bottleneck_class(kept_row(rows)["phases_ms"], threshold)
@@ -257,7 +348,7 @@ def next_actions_for(rows: list[Mapping[str, Any]], threshold: float = STALL_THR
     return tuple(c for c in FIXES[label] if c not in tried)
 
 
-def report_findings(rows: list[Mapping[str, Any]], next_action: str | None = None) -> dict[str, Any]:
+def report_findings(rows: Sequence[Mapping[str, Any]], next_action: str | None = None) -> dict[str, Any]:
     """A report's findings as fields: the kept configuration's ``bottleneck``, ``evidence_ms``
     (its time per step in the part of the step the bottleneck names), a ``next_action`` (the
     first of :func:`next_actions_for`, or the one given; ``None`` when none is left) and
@@ -266,11 +357,15 @@ def report_findings(rows: list[Mapping[str, Any]], next_action: str | None = Non
     label = bottleneck_class(phases)
     choices = next_actions_for(rows)
     action = next_action if next_action is not None else (choices[0] if choices else None)
-    return {"bottleneck": label, "evidence_ms": sum(phases[p] for p in BOTTLENECK_PHASES[label]),
-            "next_action": action, "expected_gain_ms": room_ms(phases, action) if action else 0.0}
+    return {
+        "bottleneck": label,
+        "evidence_ms": sum(phases[p] for p in BOTTLENECK_PHASES[label]),
+        "next_action": action,
+        "expected_gain_ms": room_ms(phases, action) if action else 0.0,
+    }
 
 
-def kept_changes(rows: list[Mapping[str, Any]], memory_budget_mb: float | None = None) -> list[str]:
+def kept_changes(rows: Sequence[Mapping[str, Any]], memory_budget_mb: float | None = None) -> list[str]:
     """The changes a tuning run keeps, in order: each row after the baseline was tried on the
     configuration named in ``row["tried_on"]`` and is decided by :func:`decide` (loss within
     :data:`LOSS_TOLERANCE` of the baseline's, then the memory budget, then the interleaved verdict)."""
@@ -281,14 +376,25 @@ def kept_changes(rows: list[Mapping[str, Any]], memory_budget_mb: float | None =
     for row in rows[1:]:
         previous = by_name[row["tried_on"]]
         faster = (row.get("speed") or {}).get("verdict") == "faster"
-        if decide(row["loss"] - base["loss"], memory_mb(previous), memory_mb(row), faster, tolerance,
-                  memory_budget_mb) == "keep":
+        if (
+            decide(
+                row["loss"] - base["loss"],
+                memory_mb(previous),
+                memory_mb(row),
+                faster,
+                tolerance,
+                memory_budget_mb,
+            )
+            == "keep"
+        ):
             kept.append(row["name"])
         by_name[row["name"]] = row
     return kept
 
 
-def check_findings(rows: list[Mapping[str, Any]], stated: Mapping[str, Any], rtol: float = 0.01) -> list[str]:
+def check_findings(
+    rows: Sequence[Mapping[str, Any]], stated: Mapping[str, Any], rtol: float = 0.01
+) -> list[str]:
     """What is wrong with findings someone wrote about a report (empty: every field agrees with
     the rows). The bottleneck must be the kept configuration's, the evidence its time in that
     part of the step, the next action one of :func:`next_actions_for` (or ``None`` when none is
@@ -309,8 +415,10 @@ def check_findings(rows: list[Mapping[str, Any]], stated: Mapping[str, Any], rto
         allowed = ", ".join(choices) or "None (every fix was tried)"
         out.append(f"next action {action!r}: choose from {allowed}")
     elif not _close(stated["expected_gain_ms"], report_findings(rows, action)["expected_gain_ms"], rtol):
-        out.append(f"expected gain {stated['expected_gain_ms']!r} ms: {action} can save at most "
-                   f"{report_findings(rows, action)['expected_gain_ms']:.2f} ms")
+        out.append(
+            f"expected gain {stated['expected_gain_ms']!r} ms: {action} can save at most "
+            f"{report_findings(rows, action)['expected_gain_ms']:.2f} ms"
+        )
     return out
 
 

@@ -46,7 +46,7 @@ def _reset_peak(dev: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(dev)
 
 
-def _peak_mb(dev: torch.device) -> float | None:
+def _peak_mib(dev: torch.device) -> float | None:
     """CUDA peak allocated memory in MiB; None on a CPU, where it is not measured."""
     return torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None
 
@@ -90,9 +90,15 @@ class Trainer:
         optimizer = tuning.make_optimizer(model, config.lr, config.fused_optimizer)
         per_sample = config.data_delay_ms / config.batch_size
         dataset = corpus.make_dataset(config.seq_len, per_sample)
-        loader = corpus.make_loader(dataset, config.batch_size, config.batch_size * total_steps,
-                                    workers=config.workers, pin_memory=config.pin_memory,
-                                    seed=config.seed, prefetch_factor=config.prefetch_factor)
+        loader = corpus.make_loader(
+            dataset,
+            config.batch_size,
+            config.batch_size * total_steps,
+            workers=config.workers,
+            pin_memory=config.pin_memory,
+            seed=config.seed,
+            prefetch_factor=config.prefetch_factor,
+        )
         return cls(config, dev, model, train_model, optimizer, corpus.batches(loader))
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,7 +158,7 @@ def _timed_windows(trainer: Trainer) -> tuple[list[float], list[float], float | 
             trainer.step(x, y)
         synchronize(dev)
         samples.append((time.perf_counter() - start) / cfg.steps_per_window)
-    return samples, data_wait, _peak_mb(dev)
+    return samples, data_wait, _peak_mib(dev)
 
 
 def _trace(trainer: Trainer, folder: Path) -> Path:
@@ -162,8 +168,9 @@ def _trace(trainer: Trainer, folder: Path) -> Path:
     # Kineto logs every profiler start / stop to stderr unless told otherwise; it reads this
     # when the profiler is first used in the process. A level the user set is kept.
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-    with profile(activities=_activities(dev),
-                 schedule=schedule(wait=0, warmup=1, active=cfg.trace_steps, repeat=1)) as prof:
+    with profile(
+        activities=_activities(dev), schedule=schedule(wait=0, warmup=1, active=cfg.trace_steps, repeat=1)
+    ) as prof:
         for _ in range(1 + cfg.trace_steps):
             with nvtx.annotate("dataloader"):
                 x, y = trainer.next_batch()
@@ -209,7 +216,7 @@ def _threads(n: int | None) -> Iterator[None]:
 
 def run_config(config: RunConfig, quick: bool = True, trace_dir: str | Path | None = None) -> dict[str, Any]:
     """Measure ``config``; return its report row (plain data: measured numbers, then the
-    derived ones of :func:`derive`)."""
+    derived ones of :func:`rules.derive`)."""
     _flag(quick=quick)
     with _threads(config.threads):
         return _run(config, quick, trace_dir)
@@ -232,33 +239,55 @@ def _run(config: RunConfig, quick: bool, trace_dir: str | Path | None) -> dict[s
     folder = Path(trace_dir) if trace_dir else Path(tempfile.mkdtemp(prefix="capstone_"))
     folder.mkdir(parents=True, exist_ok=True)
     trace_path = _trace(trainer, folder)
-    trace = timeline.load_trace(trace_path)
+    trace = timeline.read_trace(trace_path)
     per_step = phases.step_phases(trace)
     trainer.batches = iter(())  # let worker processes go
     peak_flops = peak_for(dev, config.precision, quick)
     row = {
-        "name": config.name, "change": config.change, "device": str(dev),
-        "device_name": _device_name(dev), "precision": config.precision, "num_devices": 1,
-        "batch_size": config.batch_size, "seq_len": config.seq_len,
-        "step_time_ms": statistics.median(samples) * 1e3, "step_time_min_ms": min(samples) * 1e3,
-        "step_time_max_ms": max(samples) * 1e3, "step_time_samples_ms": [s * 1e3 for s in samples],
-        "first_step_ms": first * 1e3, "data_wait_ms": statistics.fmean(data_wait) * 1e3,
-        "peak_mem_mb": peak, "saved_mb": saved / 2**20, "loss": loss, "loss_steps": config.loss_steps,
+        "name": config.name,
+        "change": config.change,
+        "device": str(dev),
+        "device_name": _device_name(dev),
+        "precision": config.precision,
+        "num_devices": 1,
+        "batch_size": config.batch_size,
+        "seq_len": config.seq_len,
+        "step_time_ms": statistics.median(samples) * 1e3,
+        "step_time_min_ms": min(samples) * 1e3,
+        "step_time_max_ms": max(samples) * 1e3,
+        "step_time_samples_ms": [s * 1e3 for s in samples],
+        "first_step_ms": first * 1e3,
+        "data_wait_ms": statistics.fmean(data_wait) * 1e3,
+        "peak_mem_mb": peak,
+        "saved_mb": saved / 2**20,
+        "loss": loss,
+        "loss_steps": config.loss_steps,
         "model_flops": mfu.model_flops_per_step(config.model, config.batch_size, config.seq_len),
         "executed_flops": executed_flops(config),
-        "peak_flops": peak_flops.flops, "peak_kind": peak_flops.kind, "peak_source": peak_flops.source,
+        "peak_flops": peak_flops.flops,
+        "peak_kind": peak_flops.kind,
+        "peak_source": peak_flops.source,
         "peak_spread": peak_flops.spread,
-        "phases_ms": phases.mean_phases(per_step), "phase_steps_ms": per_step,
+        "phases_ms": phases.mean_phases(per_step),
+        "phase_steps_ms": per_step,
         "top_ops": [list(op) for op in phases.top_operators(trace)],
         "device_idle_share": phases.device_idle_share(trace),
-        "trace": str(trace_path), "config": config.settings(),
+        "trace": str(trace_path),
+        "config": config.settings(),
     }
-    return derive(row)
+    return rules.derive(row)
 
 
-def compare_configs(old: RunConfig, new: RunConfig, quick: bool = True, *, min_pairs: int = 10,
-                    max_pairs: int = 40, max_seconds: float | None = None,
-                    clock: Callable[[], float] | None = None) -> SpeedComparison:
+def compare_configs(
+    old: RunConfig,
+    new: RunConfig,
+    quick: bool = True,
+    *,
+    min_pairs: int = 10,
+    max_pairs: int = 40,
+    max_seconds: float | None = None,
+    clock: Callable[[], float] | None = None,
+) -> SpeedComparison:
     """Is ``new`` faster than ``old``? Both are built in this process and timed in interleaved
     windows of ``new.steps_per_window`` steps (3 when ``quick``; data loading included), the order alternating
     from pair to pair, at least ``min_pairs`` windows each, until the interval is narrow or the
@@ -290,12 +319,22 @@ def compare_configs(old: RunConfig, new: RunConfig, quick: bool = True, *, min_p
             def run() -> None:
                 for _ in range(steps):
                     trainer.step(*trainer.next_batch())
+
             return run
 
         try:
-            return compare_windows(window(sides[0]), window(sides[1]), steps=steps, device=new.device,
-                                   threads=new.threads, min_pairs=min_pairs, max_pairs=max_pairs,
-                                   max_seconds=budget, names=(old.name, new.name), clock=clock)
+            return compare_windows(
+                window(sides[0]),
+                window(sides[1]),
+                steps=steps,
+                device=new.device,
+                threads=new.threads,
+                min_pairs=min_pairs,
+                max_pairs=max_pairs,
+                max_seconds=budget,
+                names=(old.name, new.name),
+                clock=clock,
+            )
         finally:
             for trainer in sides:
                 trainer.batches = iter(())  # let worker processes go
@@ -303,44 +342,17 @@ def compare_configs(old: RunConfig, new: RunConfig, quick: bool = True, *, min_p
 
 def speed_summary(speed: SpeedComparison) -> dict[str, Any]:
     """A comparison as plain data for a report row."""
-    return {"speedup": speed.speedup, "low": speed.low, "high": speed.high, "verdict": speed.verdict,
-            "pairs": speed.pairs, "threads": speed.threads, "stopped": speed.stopped,
-            "window_steps": speed.meta.get("steps"),
-            "sentence": str(speed)}
-
-
-def derive(row: dict[str, Any], baseline: dict[str, Any] | None = None,
-           previous: dict[str, Any] | None = None, loss_tolerance: float | None = None,
-           memory_budget_mb: float | None = None) -> dict[str, Any]:
-    """Fill a row's derived numbers from its measured ones (and, given the baseline and the
-    configuration it was tried on, its deltas and the keep / revert decision)."""
-    out = dict(row)
-    tokens = out["batch_size"] * out["seq_len"]
-    seconds = out["step_time_ms"] / 1e3
-    out["samples_per_s"] = out["batch_size"] / seconds
-    out["tokens_per_s"] = tokens / seconds
-    out["memory_mb"] = rules.memory_mb(out)
-    out["mfu"], out["hfu"] = rules.mfu_hfu(out, out["peak_flops"])
-    steps = out["phase_steps_ms"]
-    out["data_ratio"], out["stalled"] = rules.data_stall(
-        [s["data"] for s in steps], [s["forward"] + s["backward"] + s["optimizer"] for s in steps])
-    out["bottleneck"] = rules.bottleneck_class(out["phases_ms"])
-    out["flags"] = rules.flags(out, previous)
-    if baseline is not None:
-        tolerance = rules.LOSS_TOLERANCE * baseline["loss"] if loss_tolerance is None else loss_tolerance
-        out["loss_tolerance"] = tolerance
-        out["loss_change"] = out["loss"] - baseline["loss"]
-        out["vs_baseline"] = rules.compare(baseline, out)
-        ref = previous or baseline
-        out["vs_previous"] = rules.compare(ref, out)
-        if previous is not None:
-            # faster = the interleaved verdict against the configuration it was tried on (compare
-            # reads it); a row with no such verdict is not faster: medians timed apart cannot say
-            faster = out["vs_previous"]["time_improved"] is True
-            out["faster"] = faster
-            out["decision"] = rules.decide(out["loss_change"], rules.memory_mb(previous), out["memory_mb"],
-                                           faster, tolerance, memory_budget_mb)
-    return out
+    return {
+        "speedup": speed.speedup,
+        "low": speed.low,
+        "high": speed.high,
+        "verdict": speed.verdict,
+        "pairs": speed.pairs,
+        "threads": speed.threads,
+        "stopped": speed.stopped,
+        "window_steps": speed.meta.get("steps"),
+        "sentence": str(speed),
+    }
 
 
 class Tuner:
@@ -350,9 +362,14 @@ class Tuner:
     the configuration it was tried on, in interleaved windows in one process. ``runner`` and
     ``comparer`` replace the measurement (tests pass recorded or constructed numbers)."""
 
-    def __init__(self, baseline: RunConfig, quick: bool = True, trace_dir: str | Path | None = None,
-                 runner: Callable[..., dict[str, Any]] | None = None,
-                 comparer: Callable[..., SpeedComparison] | None = None) -> None:
+    def __init__(
+        self,
+        baseline: RunConfig,
+        quick: bool = True,
+        trace_dir: str | Path | None = None,
+        runner: Callable[..., dict[str, Any]] | None = None,
+        comparer: Callable[..., SpeedComparison] | None = None,
+    ) -> None:
         self.baseline_config = self.current = baseline
         self.quick = quick
         self.trace_dir = Path(trace_dir) if trace_dir else Path(tempfile.mkdtemp(prefix="capstone_"))
@@ -364,23 +381,25 @@ class Tuner:
 
     def run_baseline(self) -> dict[str, Any]:
         row = self._run(self.baseline_config, quick=self.quick, trace_dir=self.trace_dir)
-        row = derive(row, baseline=row)
+        row = rules.derive(row, baseline=row)
         row["decision"] = "baseline"
         self.rows, self.kept_row = [row], row
         return row
 
     def try_change(self, name: str) -> dict[str, Any]:
         """Apply change ``name`` to the current configuration, measure, decide."""
-        if not self.rows:
+        kept = self.kept_row
+        if not self.rows or kept is None:
             raise RuntimeError("run the baseline first: tuner.run_baseline()")
         if name not in self.changes:
             raise unknown("change", name, self.changes)
         config = tuning.apply_change(self.current, self.changes[name])
         row = self._run(config, quick=self.quick, trace_dir=self.trace_dir)
         row["speed"] = speed_summary(self._compare(self.current, config, self.quick))
-        row["tried_on"] = self.kept_row["name"]
-        row = derive(row, baseline=self.rows[0], previous=self.kept_row,
-                     memory_budget_mb=self.baseline_config.memory_budget_mb)
+        row["tried_on"] = kept["name"]
+        row = rules.derive(
+            row, baseline=self.rows[0], previous=kept, memory_budget_mb=self.baseline_config.memory_budget_mb
+        )
         self.rows.append(row)
         if row["decision"] == "keep":  # a reverted change leaves the current configuration as it was
             self.current, self.kept_row = config, row
@@ -389,5 +408,6 @@ class Tuner:
     @property
     def tuned(self) -> dict[str, Any]:
         """The row of the configuration kept at the end."""
+        if self.kept_row is None:
+            raise RuntimeError("run the baseline first: tuner.run_baseline()")
         return self.kept_row
-

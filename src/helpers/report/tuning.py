@@ -27,7 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .. import models
 from .._validate import flag as _flag
-from .._validate import positive, whole_fields
+from .._validate import positive, unknown, whole_fields
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -61,8 +61,16 @@ class RunConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        whole_fields(self, "batch_size", "seq_len", "warmup", "windows", "steps_per_window",
-                     "trace_steps", "prefetch_factor")
+        whole_fields(
+            self,
+            "batch_size",
+            "seq_len",
+            "warmup",
+            "windows",
+            "steps_per_window",
+            "trace_steps",
+            "prefetch_factor",
+        )
         whole_fields(self, "workers", minimum=0)
         if self.threads is not None:
             whole_fields(self, "threads")
@@ -70,7 +78,7 @@ class RunConfig:
         if self.seq_len > self.model.seq_len:
             raise ValueError(f"seq_len {self.seq_len} exceeds the model's context {self.model.seq_len}")
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+            raise unknown("precision", self.precision, PRECISIONS)
         if not self.data_delay_ms >= 0:
             raise ValueError(f"data_delay_ms must be >= 0, got {self.data_delay_ms!r}")
 
@@ -100,11 +108,13 @@ class RunConfig:
 
     def describe(self) -> str:
         m = self.model
-        return (f"model layers={m.n_layers}, hidden={m.d_model}, heads={m.n_heads}, vocab={m.vocab_size} "
-                f"(bytes), {m.num_params():,} params; batch={self.batch_size}, seq={self.seq_len}, "
-                f"AdamW lr={self.lr:g}, {self.precision}, device={self.device}{self._threads_note()}; "
-                f"warm-up {self.warmup} "
-                f"steps, then {self.windows} windows × {self.steps_per_window} timed steps")
+        return (
+            f"model layers={m.n_layers}, hidden={m.d_model}, heads={m.n_heads}, vocab={m.vocab_size} "
+            f"(bytes), {m.num_params():,} params; batch={self.batch_size}, seq={self.seq_len}, "
+            f"AdamW lr={self.lr:g}, {self.precision}, device={self.device}{self._threads_note()}; "
+            f"warm-up {self.warmup} "
+            f"steps, then {self.windows} windows × {self.steps_per_window} timed steps"
+        )
 
 
 def baseline_config(device: str | torch.device = "cpu", quick: bool = True) -> RunConfig:
@@ -120,22 +130,43 @@ def baseline_config(device: str | torch.device = "cpu", quick: bool = True) -> R
     dev = torch.device(device) if not isinstance(device, torch.device) else device
     if dev.type == "cuda":
         seq = 512 if quick else 1024
-        model = models.GPTConfig(vocab_size=256, seq_len=seq, d_model=768, n_layers=12, n_heads=12,
-                                 name="gpt2-small-bytes")
+        model = models.GPTConfig(
+            vocab_size=256, seq_len=seq, d_model=768, n_layers=12, n_heads=12, name="gpt2-small-bytes"
+        )
         # timed runs of at least 3 × the loader's queue (8 workers × 2 batches): see rules.flags
-        return RunConfig(model, batch_size=16 if quick else 32, seq_len=seq, device="cuda", lr=3e-4,
-                         warmup=5, windows=4 if quick else 5, steps_per_window=12 if quick else 10,
-                         data_delay_ms=60.0 if quick else 200.0, memory_budget_mb=None)
+        return RunConfig(
+            model,
+            batch_size=16 if quick else 32,
+            seq_len=seq,
+            device="cuda",
+            lr=3e-4,
+            warmup=5,
+            windows=4 if quick else 5,
+            steps_per_window=12 if quick else 10,
+            data_delay_ms=60.0 if quick else 200.0,
+            memory_budget_mb=None,
+        )
     if quick:
-        model = models.GPTConfig(vocab_size=256, seq_len=64, d_model=64, n_layers=2, n_heads=4,
-                                 name="gpt-bytes-tiny")
+        model = models.GPTConfig(
+            vocab_size=256, seq_len=64, d_model=64, n_layers=2, n_heads=4, name="gpt-bytes-tiny"
+        )
         # 5 windows × 5 steps: at least 3 × the loader's queue (4 workers × 2 batches)
-        return RunConfig(model, batch_size=8, seq_len=64, device="cpu", windows=5, data_delay_ms=20.0,
-                         threads=1)
-    model = models.GPTConfig(vocab_size=256, seq_len=128, d_model=128, n_layers=4, n_heads=4,
-                             name="gpt-bytes-small-cpu")
-    return RunConfig(model, batch_size=16, seq_len=128, device="cpu", windows=5,
-                     steps_per_window=6, data_delay_ms=40.0, threads=1)
+        return RunConfig(
+            model, batch_size=8, seq_len=64, device="cpu", windows=5, data_delay_ms=20.0, threads=1
+        )
+    model = models.GPTConfig(
+        vocab_size=256, seq_len=128, d_model=128, n_layers=4, n_heads=4, name="gpt-bytes-small-cpu"
+    )
+    return RunConfig(
+        model,
+        batch_size=16,
+        seq_len=128,
+        device="cpu",
+        windows=5,
+        steps_per_window=6,
+        data_delay_ms=40.0,
+        threads=1,
+    )
 
 
 @dataclass(frozen=True)
@@ -158,16 +189,28 @@ def tuning_steps(device: str = "cpu") -> list[Change]:
     """The changes of the capstone, in the order they are tried."""
     gpu = device.startswith("cuda")
     return [
-        Change("no_sync", "keep the loss on the device; read it once at the end (no per-step sync)",
-               {"sync_every_step": False}),
-        Change("workers", f"DataLoader: {worker_count(device)} worker processes read ahead"
-               + (" + pinned memory, non-blocking copies" if gpu else ""),
-               {"workers": worker_count(device), "pin_memory": gpu}),
+        Change(
+            "no_sync",
+            "keep the loss on the device; read it once at the end (no per-step sync)",
+            {"sync_every_step": False},
+        ),
+        Change(
+            "workers",
+            f"DataLoader: {worker_count(device)} worker processes read ahead"
+            + (" + pinned memory, non-blocking copies" if gpu else ""),
+            {"workers": worker_count(device), "pin_memory": gpu},
+        ),
         Change("bf16", "bf16 autocast for the forward pass", {"precision": "bf16"}),
-        Change("fused", "fused AdamW (the whole update in one fused pass, not a per-parameter loop)",
-               {"fused_optimizer": True}),
-        Change("checkpoint", "activation checkpointing per block (recompute in backward)",
-               {"checkpointing": True}),
+        Change(
+            "fused",
+            "fused AdamW (the whole update in one fused pass, not a per-parameter loop)",
+            {"fused_optimizer": True},
+        ),
+        Change(
+            "checkpoint",
+            "activation checkpointing per block (recompute in backward)",
+            {"checkpointing": True},
+        ),
         Change("compile", "torch.compile (inductor)", {"compile": True}),
     ]
 
@@ -178,6 +221,7 @@ def apply_change(config: RunConfig, change: Change) -> RunConfig:
 
 
 # --------------------------------------------------------------------------- integration points
+
 
 def autocast_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
     """bf16 autocast on ``device`` for ``precision == "bf16"``; a no-op for fp32.
@@ -211,7 +255,8 @@ def compile_model(model: nn.Module) -> nn.Module:
     """``torch.compile(model)`` with inductor. Compiled code is kept in inductor's on-disk
     cache (``TORCHINDUCTOR_CACHE_DIR``, by default under the system's temporary folder), so
     a second run on the same machine compiles much faster. Integration point: chapter 7."""
-    return torch.compile(model)
+    # torch.compile of an nn.Module returns an OptimizedModule (an nn.Module); typed as a callable
+    return torch.compile(model)  # type: ignore[return-value]
 
 
 def make_optimizer(model: nn.Module, lr: float, fused: bool) -> torch.optim.Optimizer:

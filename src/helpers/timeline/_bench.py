@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ._trace_read import json_parser, read_trace
+
 SAVED = Path(__file__).resolve().parents[1] / "data" / "timeline_bench.json"
 
 OURS_SCRIPT = r"""
@@ -94,16 +96,19 @@ class BenchError(Exception):
 
 # --------------------------------------------------------------------------- synthetic traces
 
-def _source(path: Path) -> dict:
-    from .. import timeline  # validates the file with the library's own one-line errors
 
+def _source(path: Path) -> dict:
     if path.is_dir():
-        raise BenchError(f"{path} is a folder: pass one GPU trace file; the benchmark builds the "
-                         "many-rank folder itself (--ranks)")
-    trace = timeline.load_trace(path)
+        raise BenchError(
+            f"{path} is a folder: pass one GPU trace file; the benchmark builds the "
+            "many-rank folder itself (--ranks)"
+        )
+    trace = read_trace(path)  # validates the file with the library's own one-line errors
     if not trace.is_gpu:
-        raise BenchError(f"{path} holds no GPU kernels: HTA only analyses GPU traces; pass a GPU "
-                         "trace such as ../shared/traces/gpu_a100_2rank_rank0.json.gz")
+        raise BenchError(
+            f"{path} holds no GPU kernels: HTA only analyses GPU traces; pass a GPU "
+            "trace such as ../shared/traces/gpu_a100_2rank_rank0.json.gz"
+        )
     opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
     with opener(path, "rt", encoding="utf-8") as fh:
         return json.load(fh)
@@ -115,8 +120,12 @@ def synthesise(data: dict, target_events: int, out: Path, rank: int = 0, shift_u
     events = data["traceEvents"]
     timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
     span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000
-    ids = [v for e in timed for k, v in (e.get("args") or {}).items()
-           if k in ("correlation", "External id") and isinstance(v, int)]
+    ids = [
+        v
+        for e in timed
+        for k, v in (e.get("args") or {}).items()
+        if k in ("correlation", "External id") and isinstance(v, int)
+    ]
     id_step = max(ids, default=0) + 1
     copies = max(1, -(-target_events // len(events)))
     top = {k: v for k, v in data.items() if k != "traceEvents"}
@@ -124,7 +133,7 @@ def synthesise(data: dict, target_events: int, out: Path, rank: int = 0, shift_u
     top["distributedInfo"] = {**info, "rank": rank, "world_size": max(rank + 1, info.get("world_size", 1))}
     written = 0
     with gzip.open(out, "wt", encoding="utf-8", compresslevel=1) as fh:
-        fh.write(json.dumps(top)[:-1] + (', ' if top else '') + '"traceEvents": [')
+        fh.write(json.dumps(top)[:-1] + (", " if top else "") + '"traceEvents": [')
         meta = [e for e in events if not isinstance(e.get("ts"), (int, float))]  # metadata once
         fh.write(",\n".join(json.dumps(e) for e in meta))
         written += len(meta)
@@ -159,6 +168,7 @@ def _decompressed_mb(path: Path) -> float:
 
 # --------------------------------------------------------------------------- runs
 
+
 def _child(cmd: list[str], what: str, timeout_s: float) -> dict:
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
@@ -174,8 +184,9 @@ def _child(cmd: list[str], what: str, timeout_s: float) -> dict:
 
 
 def ours(path: Path, jobs: int, parser: str | None, timeout_s: float) -> dict:
-    return _child([sys.executable, "-c", OURS_SCRIPT, str(path), str(jobs), parser or ""],
-                  "helpers.timeline", timeout_s)
+    return _child(
+        [sys.executable, "-c", OURS_SCRIPT, str(path), str(jobs), parser or ""], "helpers.timeline", timeout_s
+    )
 
 
 def hta(python: str, folder: Path, timeout_s: float) -> dict:
@@ -186,14 +197,18 @@ def _same(a: dict, b: dict) -> bool:
     """Same figures per rank (percentages to 0.01, kernel time to the µs)."""
     if sorted(a) != sorted(b):
         return False
-    return all(x == y or (x is not None and y is not None and abs(x - y) < 1e-6)
-               for r in a for x, y in zip(a[r], b[r], strict=True))
+    return all(
+        x == y or (x is not None and y is not None and abs(x - y) < 1e-6)
+        for r in a
+        for x, y in zip(a[r], b[r], strict=True)
+    )
 
 
 def _interleaved(repeat: int, run_ours, run_hta) -> tuple[dict, dict | None]:
     """The fastest run of each tool (its figures and memory), and in ``best_o["pairs"]`` the
     seconds of every interleaved pair (ours, HTA) for the interval of the ratio."""
-    best_o = best_h = None
+    best_o: dict | None = None
+    best_h: dict | None = None
     pairs = []
     for _ in range(repeat):
         o = run_ours()
@@ -202,8 +217,9 @@ def _interleaved(repeat: int, run_ours, run_hta) -> tuple[dict, dict | None]:
             h = run_hta()
             best_h = h if best_h is None or h["seconds"] < best_h["seconds"] else best_h
             pairs.append((o["seconds"], h["seconds"]))
-    best_o = dict(best_o, pairs=pairs)
-    return best_o, best_h
+    if best_o is None:
+        raise ValueError(f"repeat must be at least 1, got {repeat!r}")
+    return dict(best_o, pairs=pairs), best_h
 
 
 def _ratio(o: dict) -> dict:
@@ -215,17 +231,26 @@ def _ratio(o: dict) -> dict:
     if len(ratios) < 3:
         return {"ratio_pairs": len(ratios)}
     mid, low, high = interval(ratios)
-    return {"ratio": mid, "ratio_low": low, "ratio_high": high, "ratio_pairs": len(ratios),
-            "verdict": verdict_of(low, high)}
+    return {
+        "ratio": mid,
+        "ratio_low": low,
+        "ratio_high": high,
+        "ratio_pairs": len(ratios),
+        "verdict": verdict_of(low, high),
+    }
 
 
 def _ratio_text(r: dict) -> str:
     if "ratio_low" not in r:
-        return (f"no ratio shown: {r.get('ratio_pairs', 0)} interleaved pairs were recorded, and an "
-                "interval needs 3 or more (--repeat)")
+        return (
+            f"no ratio shown: {r.get('ratio_pairs', 0)} interleaved pairs were recorded, and an "
+            "interval needs 3 or more (--repeat)"
+        )
     word = {"faster": "faster than", "slower": "slower than", "within noise": "within noise of"}[r["verdict"]]
-    return (f"helpers.timeline is {word} HTA: {r['ratio']:.1f}x (95 % interval {r['ratio_low']:.1f}x to "
-            f"{r['ratio_high']:.1f}x over {r['ratio_pairs']} interleaved pairs)")
+    return (
+        f"helpers.timeline is {word} HTA: {r['ratio']:.1f}x (95 % interval {r['ratio_low']:.1f}x to "
+        f"{r['ratio_high']:.1f}x over {r['ratio_pairs']} interleaved pairs)"
+    )
 
 
 def _mem(r: dict, mb: float) -> str:
@@ -245,26 +270,41 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m helpers.timeline",
-                                description="benchmark trace loading + analysis against HTA")
+    p = argparse.ArgumentParser(
+        prog="python -m helpers.timeline", description="benchmark trace loading + analysis against HTA"
+    )
     p.add_argument("command", choices=["bench"])
     p.add_argument("trace", type=Path, help="a GPU .json/.json.gz trace to replicate")
     p.add_argument("--events", type=int, default=100_000, help="events in the one-rank trace")
-    p.add_argument("--repeat", type=int, default=5,
-                   help="interleaved pairs of runs (the fastest gives the memory and figures; all give "
-                        "the ratio's interval, which needs 3 or more)")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="interleaved pairs of runs (the fastest gives the memory and figures; all give "
+        "the ratio's interval, which needs 3 or more)",
+    )
     p.add_argument("--ranks", type=int, default=8, help="rank files in the many-rank test (0: skip)")
     p.add_argument("--rank-events", type=int, default=None, help="events per rank file (default --events)")
     p.add_argument("--jobs", type=int, default=None, help="our processes for many ranks (default: cores)")
-    p.add_argument("--scale", default="",
-                   help="event counts for the scaling test, e.g. 100000,1000000,5000000")
-    p.add_argument("--hta-max-events", type=int, default=1_000_000,
-                   help="skip HTA in the scaling test above this many events (its memory)")
+    p.add_argument(
+        "--scale", default="", help="event counts for the scaling test, e.g. 100000,1000000,5000000"
+    )
+    p.add_argument(
+        "--hta-max-events",
+        type=int,
+        default=1_000_000,
+        help="skip HTA in the scaling test above this many events (its memory)",
+    )
     p.add_argument("--parser", choices=["msgspec", "json"], default=None, help="our JSON parser")
     p.add_argument("--hta-python", help="a Python with HolisticTraceAnalysis installed")
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed for one run")
-    p.add_argument("--save", nargs="?", const=str(SAVED), default=None,
-                   help=f"write the figures as JSON (default file: the package's {SAVED.name})")
+    p.add_argument(
+        "--save",
+        nargs="?",
+        const=str(SAVED),
+        default=None,
+        help=f"write the figures as JSON (default file: the package's {SAVED.name})",
+    )
     a = p.parse_args(argv)
     for name in ("events", "repeat"):
         if getattr(a, name) < 1:
@@ -282,38 +322,52 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _main(argv: list[str] | None) -> int:
     a = _parse_args(argv)
-    from .. import timeline
-
     data = _source(a.trace)
     load = lambda: os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")  # noqa: E731
     result: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "python": platform.python_version(), "parser": timeline.json_parser() if a.parser is None
-        else a.parser, "source": a.trace.name, "load_before": load(), "repeat": a.repeat}
-    print(f"machine: {result['machine']}, Python {result['python']}, load average {load():.2f}; "
-          f"our JSON parser: {result['parser']}")
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "parser": json_parser() if a.parser is None else a.parser,
+        "source": a.trace.name,
+        "load_before": load(),
+        "repeat": a.repeat,
+    }
+    print(
+        f"machine: {result['machine']}, Python {result['python']}, load average {load():.2f}; "
+        f"our JSON parser: {result['parser']}"
+    )
     with tempfile.TemporaryDirectory(prefix="trainperf_bench_") as tmp:
         one = Path(tmp) / "one"
         one.mkdir()
         n = synthesise(data, a.events, one / "rank-0.json.gz")
         mb = _decompressed_mb(one / "rank-0.json.gz")
-        print(f"1. one rank: {n:,} events synthesised from {a.trace.name} ({mb:.0f} MB of JSON); "
-              f"best of {a.repeat}, interleaved")
+        print(
+            f"1. one rank: {n:,} events synthesised from {a.trace.name} ({mb:.0f} MB of JSON); "
+            f"best of {a.repeat}, interleaved"
+        )
         run_h = (lambda: hta(a.hta_python, one, a.timeout)) if a.hta_python else None
         o, h = _interleaved(a.repeat, lambda: ours(one / "rank-0.json.gz", 1, a.parser, a.timeout), run_h)
-        print(f"   helpers.timeline load + temporal_breakdown + comm_comp_overlap: {o['seconds']:.3f} s, "
-              f"{_mem(o, mb)}")
+        print(
+            f"   helpers.timeline load + temporal_breakdown + comm_comp_overlap: {o['seconds']:.3f} s, "
+            f"{_mem(o, mb)}"
+        )
         result["one_rank"] = {"events": n, "json_mb": mb, "ours_s": o["seconds"], "parser": o["parsers"]}
         if h:
             ratio = _ratio(o)
             same = _same(o["figures"], h["figures"])
-            print(f"   HTA {h['version']} (pandas {h['pandas']}) TraceAnalysis + get_temporal_breakdown + "
-                  f"get_comm_comp_overlap: {h['seconds']:.3f} s, {_mem(h, mb)}")
-            print(f"   figures: ours {o['figures']} | HTA {h['figures']} -> "
-                  f"{'the same' if same else 'DIFFERENT'}")
+            print(
+                f"   HTA {h['version']} (pandas {h['pandas']}) TraceAnalysis + get_temporal_breakdown + "
+                f"get_comm_comp_overlap: {h['seconds']:.3f} s, {_mem(h, mb)}"
+            )
+            print(
+                f"   figures: ours {o['figures']} | HTA {h['figures']} -> "
+                f"{'the same' if same else 'DIFFERENT'}"
+            )
             print(f"   {_ratio_text(ratio)}")
-            result["one_rank"].update(hta_s=h["seconds"], same=same, hta=h["version"], pandas=h["pandas"],
-                                      **ratio)
+            result["one_rank"].update(
+                hta_s=h["seconds"], same=same, hta=h["version"], pandas=h["pandas"], **ratio
+            )
         if a.ranks:
             result["ranks"] = _many(a, data, Path(tmp))
         if a.scale:
@@ -333,8 +387,10 @@ def _many(a: argparse.Namespace, data: dict, tmp: Path) -> dict:
     for r in range(a.ranks):
         n = synthesise(data, per, folder / f"rank-{r}.json.gz", rank=r, shift_us=137.0 * r)
     jobs = a.jobs or os.cpu_count() or 1
-    print(f"2. {a.ranks} ranks of {n:,} events (copies with shifted timestamps); ours with {jobs} "
-          f"processes; best of {a.repeat}, interleaved")
+    print(
+        f"2. {a.ranks} ranks of {n:,} events (copies with shifted timestamps); ours with {jobs} "
+        f"processes; best of {a.repeat}, interleaved"
+    )
     run_h = (lambda: hta(a.hta_python, folder, a.timeout)) if a.hta_python else None
     o, h = _interleaved(a.repeat, lambda: ours(folder, jobs, a.parser, a.timeout), run_h)
     print(f"   helpers.timeline.analyse_ranks (table + straggler summary): {o['seconds']:.3f} s")
@@ -342,8 +398,10 @@ def _many(a: argparse.Namespace, data: dict, tmp: Path) -> dict:
     if h:
         same = _same(o["figures"], h["figures"])
         ratio = _ratio(o)
-        print(f"   HTA TraceAnalysis + the two analyses: {h['seconds']:.3f} s; figures "
-              f"{'the same' if same else 'DIFFERENT'}; {_ratio_text(ratio)}")
+        print(
+            f"   HTA TraceAnalysis + the two analyses: {h['seconds']:.3f} s; figures "
+            f"{'the same' if same else 'DIFFERENT'}; {_ratio_text(ratio)}"
+        )
         out.update(hta_s=h["seconds"], same=same, **ratio)
     return out
 
@@ -357,9 +415,13 @@ def _scale(a: argparse.Namespace, data: dict, tmp: Path) -> list[dict]:
         n = synthesise(data, target, folder / "rank-0.json.gz")
         mb = _decompressed_mb(folder / "rank-0.json.gz")
         o = ours(folder / "rank-0.json.gz", 1, a.parser, a.timeout)
-        row = {"events": n, "json_mb": mb, "ours_s": o["seconds"],
-               "ours_peak_mb": (o["peak_kb"] - o["base_kb"]) / 1024}
-        line = (f"   {n:>10,} {mb:8.0f} {o['seconds']:8.2f} {1e6 * o['seconds'] / n:6.2f}  {_mem(o, mb)}")
+        row = {
+            "events": n,
+            "json_mb": mb,
+            "ours_s": o["seconds"],
+            "ours_peak_mb": (o["peak_kb"] - o["base_kb"]) / 1024,
+        }
+        line = f"   {n:>10,} {mb:8.0f} {o['seconds']:8.2f} {1e6 * o['seconds'] / n:6.2f}  {_mem(o, mb)}"
         if a.hta_python and n <= a.hta_max_events:
             h = hta(a.hta_python, folder, a.timeout)
             row.update(hta_s=h["seconds"], hta_peak_mb=(h["peak_kb"] - h["base_kb"]) / 1024)
@@ -385,16 +447,22 @@ def describe(r: dict) -> str:
     one = r.get("one_rank", {})
     cores = int(r["machine"].split(", ")[-1].split()[0]) if "cores" in r["machine"] else 1
     busy = ": a busy machine, so the times are noisy" if r["load_before"] >= cores / 2 else ""
-    text = (f"Measured on {r['date']} ({r['machine']}, load average {r['load_before']:.1f}{busy}) with "
-            f"`python -m helpers.timeline bench {r['source']} --hta-python ...`: loading a "
-            f"{one.get('events', 0):,}-event GPU trace and computing HTA's temporal breakdown and "
-            f"comm/comp overlap took helpers.timeline {one.get('ours_s', float('nan')):.2f} s "
-            f"(parser: {r['parser']})")
+    text = (
+        f"Measured on {r['date']} ({r['machine']}, load average {r['load_before']:.1f}{busy}) with "
+        f"`python -m helpers.timeline bench {r['source']} --hta-python ...`: loading a "
+        f"{one.get('events', 0):,}-event GPU trace and computing HTA's temporal breakdown and "
+        f"comm/comp overlap took helpers.timeline {one.get('ours_s', float('nan')):.2f} s "
+        f"(parser: {r['parser']})"
+    )
     if "hta_s" in one:
-        text += (f" and HTA {one['hta']} {one['hta_s']:.2f} s (fastest of {r['repeat']} interleaved runs "
-                 f"each), with {'the same' if one['same'] else 'DIFFERENT'} figures; {_ratio_text(one)}")
+        text += (
+            f" and HTA {one['hta']} {one['hta_s']:.2f} s (fastest of {r['repeat']} interleaved runs "
+            f"each), with {'the same' if one['same'] else 'DIFFERENT'} figures; {_ratio_text(one)}"
+        )
     ranks = r.get("ranks")
     if ranks and "hta_s" in ranks:
-        text += (f". A folder of {ranks['ranks']} ranks: {ranks['ours_s']:.2f} s against "
-                 f"{ranks['hta_s']:.2f} s; {_ratio_text(ranks)}")
+        text += (
+            f". A folder of {ranks['ranks']} ranks: {ranks['ours_s']:.2f} s against "
+            f"{ranks['hta_s']:.2f} s; {_ratio_text(ranks)}"
+        )
     return textwrap.fill(text + ".", 100)

@@ -4,7 +4,8 @@
 On Linux CPU runs the ranks are forked from the calling process, so they do not import torch
 again (seconds per process on a small machine); elsewhere, and for CUDA (which must not be
 forked once initialized), each rank is a fresh ``python -m helpers.timeline._ddp``. Rendezvous on
-127.0.0.1 with a free port.
+127.0.0.1 with a free port; when another process takes that port before rank 0 listens on it,
+the run is tried again on a new one (:func:`_with_free_port`).
 """
 
 from __future__ import annotations
@@ -17,23 +18,71 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .._validate import count
 from .._validate import flag as _flag
 
+PORT_TRIES = 3  # runs at most when the rendezvous port is taken each time
+
 
 def _free_port() -> int:
+    """A port that was free a moment ago (bound, then closed): another process can take it
+    before rank 0 listens on it, which :func:`_with_free_port` handles."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def record_ddp(out_dir: str | Path | None = None, world_size: int = 2, steps: int = 3,
-               slow_rank: int | None = None, slow_s: float = 0.03, layers: int = 8, width: int = 256,
-               batch: int = 64, bucket_mb: float = 0.25, device: str = "cpu",
-               timeout_s: float = 120.0, fork: bool | None = None) -> dict[str, list[Path]]:
+def _port_taken(errors: list[str]) -> bool:
+    """Whether a run failed because its rendezvous port was in use: torch's DistNetworkError
+    says ``EADDRINUSE`` / ``address already in use`` when rank 0 cannot listen on it."""
+    return any("EADDRINUSE" in e or "address already in use" in e.lower() for e in errors)
+
+
+def _with_free_port(
+    run: Callable[[int], list[str]], tries: int = PORT_TRIES, pick: Callable[[], int] | None = None
+) -> list[str]:
+    """``run(port)`` on a port from ``pick()`` (:func:`_free_port`); while it fails only because
+    that port was taken meanwhile, again on a new port, ``tries`` runs at most. Returns the
+    errors of the last run (none when it succeeded)."""
+    for _ in range(tries):
+        errors = run((pick or _free_port)())
+        if not errors or not _port_taken(errors):
+            return errors
+    return [*errors, f"the rendezvous port was taken by another process on each of {tries} tries"]
+
+
+def _wait_ranks(exit_codes: Callable[[], list[int | None]], timeout_s: float, poll_s: float = 0.05) -> bool:
+    """Wait until every rank has ended, or one has failed (the others would wait for it in a
+    collective until their own timeout), or ``timeout_s`` passed; ``exit_codes()`` gives None
+    for a rank still running. True when the time ran out first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        codes = exit_codes()
+        if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
+            return False
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(poll_s)
+
+
+def record_ddp(
+    out_dir: str | Path | None = None,
+    world_size: int = 2,
+    steps: int = 3,
+    slow_rank: int | None = None,
+    slow_s: float = 0.03,
+    layers: int = 8,
+    width: int = 256,
+    batch: int = 64,
+    bucket_mb: float = 0.25,
+    device: str = "cpu",
+    timeout_s: float = 120.0,
+    fork: bool | None = None,
+) -> dict[str, list[Path]]:
     """Train a ``layers``-deep MLP with DistributedDataParallel on ``world_size`` processes and
     profile ``steps`` steady-state steps (after 1 skipped and 1 warm-up step) — twice in the
     same processes: ``"balanced"``, then, if ``slow_rank`` is given, ``"one_slow"``, where that
@@ -45,20 +94,31 @@ def record_ddp(out_dir: str | Path | None = None, world_size: int = 2, steps: in
     """
     if fork is not None:
         _flag(fork=fork)
-    world_size, steps, layers, width, batch = count(world_size=world_size, steps=steps, layers=layers,
-                                                    width=width, batch=batch)
+    world_size, steps, layers, width, batch = count(
+        world_size=world_size, steps=steps, layers=layers, width=width, batch=batch
+    )
     if slow_rank is not None and not 0 <= slow_rank < world_size:
         raise ValueError(f"slow_rank must be a rank in 0..{world_size - 1}, got {slow_rank}")
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="trainperf_ddp_"))
     out.mkdir(parents=True, exist_ok=True)
-    opts = dict(world_size=world_size, port=_free_port(), steps=steps,
-                slow_rank=-1 if slow_rank is None else slow_rank, slow_s=slow_s, layers=layers,
-                width=width, batch=batch, bucket_mb=bucket_mb, device=device, out=str(out))
+    opts = dict(
+        world_size=world_size,
+        steps=steps,
+        slow_rank=-1 if slow_rank is None else slow_rank,
+        slow_s=slow_s,
+        layers=layers,
+        width=width,
+        batch=batch,
+        bucket_mb=bucket_mb,
+        device=device,
+        out=str(out),
+    )
     if fork is None:
         fork = device == "cpu" and sys.platform.startswith("linux")
-    errors = (_run_forked if fork else _run_subprocesses)(opts, timeout_s)
+    runner = _run_forked if fork else _run_subprocesses
+    errors = _with_free_port(lambda port: runner({**opts, "port": port}, timeout_s))
     if errors:
         raise RuntimeError("distributed run failed — " + "; ".join(errors))
     phases = ["balanced"] + ([] if slow_rank is None else ["one_slow"])
@@ -67,18 +127,19 @@ def record_ddp(out_dir: str | Path | None = None, world_size: int = 2, steps: in
 
 def _run_forked(opts: dict[str, Any], timeout_s: float) -> list[str]:
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_forked_rank, args=(r, opts), daemon=True)
-             for r in range(opts["world_size"])]
+    for r in range(opts["world_size"]):  # an earlier try's notes
+        Path(opts["out"], f"rank{r}.error").unlink(missing_ok=True)
+    procs = [ctx.Process(target=_forked_rank, args=(r, opts), daemon=True) for r in range(opts["world_size"])]
     for p in procs:
         p.start()
-    deadline, errors = time.monotonic() + timeout_s, []
-    for p in procs:
-        p.join(max(0.1, deadline - time.monotonic()))
+    timed_out = _wait_ranks(lambda: [p.exitcode for p in procs], timeout_s)
+    errors = []
     for r, p in enumerate(procs):
-        if p.is_alive():
+        if p.is_alive():  # past the time limit, or waiting for a rank that failed
             p.kill()
             p.join()
-            errors.append(f"rank {r} took longer than {timeout_s:.0f} s and was stopped")
+            if timed_out:
+                errors.append(f"rank {r} took longer than {timeout_s:.0f} s and was stopped")
         elif p.exitcode != 0:
             note = Path(opts["out"]) / f"rank{r}.error"
             message = note.read_text().strip() if note.exists() else f"exit code {p.exitcode}"
@@ -93,7 +154,7 @@ def _forked_rank(rank: int, opts: dict[str, Any]) -> None:
     os.dup2(devnull, 2)
     try:
         _train(rank, **opts)
-    except BaseException as err:  # report the reason to the parent, then fail
+    except BaseException as err:  # noqa: BLE001 — report the reason to the parent, then fail
         first = (str(err).strip().splitlines() or [""])[0]
         Path(opts["out"], f"rank{rank}.error").write_text(f"{type(err).__name__}: {first}"[:500])
         os._exit(1)
@@ -105,28 +166,56 @@ def _run_subprocesses(opts: dict[str, Any], timeout_s: float) -> list[str]:
     src = str(Path(__file__).resolve().parents[2])  # so a source checkout works uninstalled too
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     args = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items()]
-    procs = [subprocess.Popen([sys.executable, "-m", "helpers.timeline._ddp", f"--rank={r}", *args], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for r in range(opts["world_size"])]
-    deadline, errors = time.monotonic() + timeout_s, []
+    # stderr to files, not pipes: a rank that writes more than a pipe holds never blocks
+    logs = [
+        tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 — closed below
+        for _ in range(opts["world_size"])
+    ]
+    errors: list[str] = []
     try:
-        for r, p in enumerate(procs):
-            _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            if p.returncode != 0:
-                lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("USDT")]
-                errors.append(f"rank {r} exited {p.returncode}: {lines[-1] if lines else 'no message'}")
-    except subprocess.TimeoutExpired:
-        errors.append(f"the run took longer than {timeout_s:.0f} s and was stopped")
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "helpers.timeline._ddp", f"--rank={r}", *args],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+            for r, log in enumerate(logs)
+        ]
+        try:
+            timed_out = _wait_ranks(lambda: [p.poll() for p in procs], timeout_s)
+            for r, (p, log) in enumerate(zip(procs, logs, strict=True)):
+                if p.poll() not in (None, 0):
+                    log.seek(0)
+                    lines = [ln for ln in log.read().splitlines() if ln.strip() and not ln.startswith("USDT")]
+                    errors.append(f"rank {r} exited {p.returncode}: {lines[-1] if lines else 'no message'}")
+            if timed_out:
+                errors.append(f"the run took longer than {timeout_s:.0f} s and was stopped")
+        finally:
+            for p in procs:  # past the time limit, or waiting for a rank that failed
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        for log in logs:
+            log.close()
     return errors
 
 
-def _train(rank: int, world_size: int, port: int, steps: int, slow_rank: int, slow_s: float,
-           layers: int, width: int, batch: int, bucket_mb: float, device: str, out: str) -> None:
+def _train(
+    rank: int,
+    world_size: int,
+    port: int,
+    steps: int,
+    slow_rank: int,
+    slow_s: float,
+    layers: int,
+    width: int,
+    batch: int,
+    bucket_mb: float,
+    device: str,
+    out: str,
+) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -145,7 +234,8 @@ def _train(rank: int, world_size: int, port: int, steps: int, slow_rank: int, sl
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     n = batch * (steps + 2)
     loader = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(torch.randn(n, width), torch.randn(n, width)), batch_size=batch)
+        torch.utils.data.TensorDataset(torch.randn(n, width), torch.randn(n, width)), batch_size=batch
+    )
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     for phase in ["balanced"] + ([] if slow_rank < 0 else ["one_slow"]):
         slow = phase == "one_slow" and rank == slow_rank
@@ -166,9 +256,20 @@ def _train(rank: int, world_size: int, port: int, steps: int, slow_rank: int, sl
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="one rank of helpers.timeline.record_ddp")
-    for name, typ in [("rank", int), ("world-size", int), ("port", int), ("steps", int),
-                      ("slow-rank", int), ("slow-s", float), ("layers", int), ("width", int),
-                      ("batch", int), ("bucket-mb", float), ("device", str), ("out", str)]:
+    for name, typ in [
+        ("rank", int),
+        ("world-size", int),
+        ("port", int),
+        ("steps", int),
+        ("slow-rank", int),
+        ("slow-s", float),
+        ("layers", int),
+        ("width", int),
+        ("batch", int),
+        ("bucket-mb", float),
+        ("device", str),
+        ("out", str),
+    ]:
         p.add_argument(f"--{name}", type=typ, required=True)
     _train(**vars(p.parse_args(argv)))
 

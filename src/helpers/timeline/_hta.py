@@ -1,34 +1,36 @@
 """HTA 0.5.0's GPU metrics (temporal breakdown, comm/comp overlap), many ranks, one class of intervals."""
 
-
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 
+from .._validate import unknown
 from ._intervals import (
     cut,
     intersect_arrays,
     union_arrays,
 )
+from ._load import load_trace
 from ._ranks import RankReport, RankRow, rank_report, run_per_file
-from ._steps import _classes, load_trace, step_breakdown
+from ._steps import _classes, step_breakdown
 from ._trace import (
     COMM_KERNEL_RE,
     NOT_COMPUTE_RE,
     Trace,
-    rank_from_name,
-    read_trace,
-    trace_files,
 )
+from ._trace_read import rank_from_name, read_trace, trace_files
 
 # --------------------------------------------------------------------------- HTA definitions
+
 
 @dataclass(frozen=True)
 class TemporalBreakdown:
@@ -57,9 +59,11 @@ class TemporalBreakdown:
         return self._pct(self.non_compute_us)
 
     def __str__(self) -> str:
-        return (f"rank {self.rank} ({self.basis}): kernel time {self.kernel_time_us:,.0f} µs | idle "
-                f"{self.idle_pct:.2f}% | compute {self.compute_pct:.2f}% | non-compute "
-                f"{self.non_compute_pct:.2f}%")
+        return (
+            f"rank {self.rank} ({self.basis}): kernel time {self.kernel_time_us:,.0f} µs | idle "
+            f"{self.idle_pct:.2f}% | compute {self.compute_pct:.2f}% | non-compute "
+            f"{self.non_compute_pct:.2f}%"
+        )
 
 
 _PROFILER_STEP_RE = re.compile("ProfilerStep")
@@ -108,23 +112,37 @@ def _device_intervals(trace: Trace) -> tuple[str, float, tuple, tuple, tuple]:
             start, end, compute, comm = _hta_device_intervals(trace)
             basis = "gpu kernels"
         else:
-            every, *parts = (np.array(iv, dtype=float).reshape(-1, 2)
-                             for iv in _cpu_device_intervals(trace))
+            every, *parts = (np.array(iv, dtype=float).reshape(-1, 2) for iv in _cpu_device_intervals(trace))
             if not len(every):
-                raise ValueError(f"{Path(trace.path).name} has neither GPU kernels nor CPU operators: "
-                                 "record it with torch.profiler (activities CPU and, on a GPU, CUDA)")
+                raise ValueError(
+                    f"{Path(trace.path).name} has neither GPU kernels nor CPU operators: "
+                    "record it with torch.profiler (activities CPU and, on a GPU, CUDA)"
+                )
             start, end = every[:, 0], every[:, 1]
             compute = np.arange(len(every)) < len(parts[0])  # every = compute + comm
             comm, basis = ~compute, "cpu threads"
         span = float(end.max() - start.min()) if len(start) else None
-        trace.cache["device"] = (basis, span, union_arrays(start, end),
-                                 union_arrays(start[compute], end[compute]),
-                                 union_arrays(start[comm], end[comm]))
+        trace.cache["device"] = (
+            basis,
+            span,
+            union_arrays(start, end),
+            union_arrays(start[compute], end[compute]),
+            union_arrays(start[comm], end[comm]),
+        )
     return trace.cache["device"]
 
 
-def temporal_breakdown(trace: Trace | Sequence[Trace] | str | Path, jobs: int | None = None
-                       ) -> TemporalBreakdown | list[TemporalBreakdown] | RankReport:
+@overload
+def temporal_breakdown(trace: Trace, jobs: int | None = None) -> TemporalBreakdown: ...
+@overload
+def temporal_breakdown(trace: Sequence[Trace], jobs: int | None = None) -> list[TemporalBreakdown]: ...
+@overload
+def temporal_breakdown(
+    trace: str | Path, jobs: int | None = None
+) -> TemporalBreakdown | list[TemporalBreakdown] | RankReport: ...
+def temporal_breakdown(
+    trace: Trace | Sequence[Trace] | str | Path, jobs: int | None = None
+) -> TemporalBreakdown | list[TemporalBreakdown] | RankReport:
     """Idle / compute / non-compute time as HTA defines it.
 
     kernel time = last device event end − first start; idle = kernel time − |union of device
@@ -139,8 +157,10 @@ def temporal_breakdown(trace: Trace | Sequence[Trace] | str | Path, jobs: int | 
         return [temporal_breakdown(t) for t in trace]
     basis, span, every, compute, _ = _device_intervals(trace)
     if span is None:
-        raise ValueError(f"{Path(trace.path).name}: no device events left after HTA's steady-state "
-                         "filter (is the last ProfilerStep the only one with kernels?)")
+        raise ValueError(
+            f"{Path(trace.path).name}: no device events left after HTA's steady-state "
+            "filter (is the last ProfilerStep the only one with kernels?)"
+        )
     busy, comp = _length(every), _length(compute)
     if basis == "gpu kernels":  # whole microseconds, as HTA
         span, busy, comp = int(span), int(busy), int(comp)
@@ -148,8 +168,15 @@ def temporal_breakdown(trace: Trace | Sequence[Trace] | str | Path, jobs: int | 
     return TemporalBreakdown(basis, span, idle, comp, span - comp - idle, trace.rank)
 
 
-def comm_comp_overlap(trace: Trace | Sequence[Trace] | str | Path, jobs: int | None = None
-                      ) -> float | dict[int | None, float | None]:
+@overload
+def comm_comp_overlap(trace: Trace, jobs: int | None = None) -> float: ...
+@overload
+def comm_comp_overlap(
+    trace: Sequence[Trace] | str | Path, jobs: int | None = None
+) -> float | dict[int | None, float | None]: ...
+def comm_comp_overlap(
+    trace: Trace | Sequence[Trace] | str | Path, jobs: int | None = None
+) -> float | dict[int | None, float | None]:
     """HTA's communication/computation overlap, in percent (2 decimals): the time when
     communication and computation run together ÷ the communication time. A folder of rank
     files gives ``{rank: overlap}`` (None for a rank without communication)."""
@@ -162,8 +189,10 @@ def comm_comp_overlap(trace: Trace | Sequence[Trace] | str | Path, jobs: int | N
     basis, _, _, compute, comm = _device_intervals(trace)
     total = _length(comm)
     if total == 0:
-        raise ValueError(f"{Path(trace.path).name} holds no communication (no NCCL kernels, no "
-                         "gloo/c10d collectives): overlap is undefined for a single-process run")
+        raise ValueError(
+            f"{Path(trace.path).name} holds no communication (no NCCL kernels, no "
+            "gloo/c10d collectives): overlap is undefined for a single-process run"
+        )
     both = _length(intersect_arrays(comm, compute))
     if basis == "gpu kernels":
         total, both = int(total), int(both)
@@ -171,6 +200,7 @@ def comm_comp_overlap(trace: Trace | Sequence[Trace] | str | Path, jobs: int | N
 
 
 # --------------------------------------------------------------------------- many ranks
+
 
 def _rank_row(path: Path, parser: str | None = None) -> RankRow:
     """One rank file's figures (run in a worker process by :func:`analyse_ranks`)."""
@@ -181,20 +211,32 @@ def _rank_row(path: Path, parser: str | None = None) -> RankRow:
     except ValueError:  # no communication on this rank: no overlap to report
         ov = None
     steps = step_breakdown(t)
-    return RankRow(t.rank if t.rank is not None else rank_from_name(path), path.name, t.parser,
-                   len(t.columns), len(steps), tb.basis, tb.kernel_time_us, tb.idle_pct, tb.compute_pct,
-                   tb.non_compute_pct, ov, statistics.fmean(b.duration_us for b in steps),
-                   statistics.fmean(b.exposed_comm_us for b in steps),
-                   statistics.fmean(b.duration_us - b.exposed_comm_us for b in steps))
+    return RankRow(
+        t.rank if t.rank is not None else rank_from_name(path),
+        path.name,
+        t.parser,
+        len(t.columns),
+        len(steps),
+        tb.basis,
+        tb.kernel_time_us,
+        tb.idle_pct,
+        tb.compute_pct,
+        tb.non_compute_pct,
+        ov,
+        statistics.fmean(b.duration_us for b in steps),
+        statistics.fmean(b.exposed_comm_us for b in steps),
+        statistics.fmean(b.duration_us - b.exposed_comm_us for b in steps),
+    )
 
 
-def analyse_ranks(folder: str | Path | Sequence[str | Path], jobs: int | None = None,
-                  parser: str | None = None) -> RankReport:
+def analyse_ranks(
+    folder: str | Path | Sequence[str | Path], jobs: int | None = None, parser: str | None = None
+) -> RankReport:
     """Every rank file of a folder (or a list of files), analysed by ``jobs`` processes
     (default as in :func:`load_trace`): a :class:`RankReport` with one :class:`RankRow` per rank (HTA's
     temporal breakdown and overlap, mean step time and exposed communication) and the
     straggler summary. A file that fails is named in ``report.failed``; the others still count."""
-    files = [Path(p) for p in folder] if isinstance(folder, (list, tuple)) else trace_files(Path(folder))
+    files = trace_files(Path(folder)) if isinstance(folder, (str, os.PathLike)) else [Path(p) for p in folder]
     rows, failed = run_per_file(_rank_row, files, jobs, parser)
     return rank_report(str(folder), rows, failed)
 
@@ -205,7 +247,7 @@ def intervals(trace: Trace, kind: str, step: int | None = None) -> list[tuple[fl
     in microseconds."""
     _, iv = _classes(trace)
     if kind not in iv:
-        raise ValueError(f"kind must be one of {sorted(iv)}, got {kind!r}")
+        raise unknown("interval kind", kind, sorted(iv))
     if step is None:
         return list(iv[kind])  # a copy: the cached lists must not be changed by the caller
     steps = trace.steps()

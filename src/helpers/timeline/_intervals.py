@@ -125,6 +125,7 @@ def cut(merged: list[Interval], start: float, end: float) -> list[Interval]:
 # The same moves on arrays of starts and ends, for traces of 10^5-10^7 events. Outputs are
 # exactly those of the list functions above (same intervals, same order).
 
+
 def merge_arrays(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_merge` on arrays: sort by (start, end), and open a new block wherever a start
     lies after every end seen so far. Zero-length intervals are kept, as in :func:`_merge`."""
@@ -147,8 +148,9 @@ def union_arrays(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.n
     return merge_arrays(starts[keep], ends[keep])
 
 
-def intersect_arrays(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def intersect_arrays(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`intersect` of two unions already merged (disjoint, sorted), by bisection."""
     (a_s, a_e), (b_s, b_e) = a, b
     lo = np.searchsorted(b_e, a_s, "right")  # first b ending after a starts

@@ -11,8 +11,13 @@ from ._intervals import clip, merge_intervals
 from ._schedule import PipelineSchedule
 from ._trace import COMM_KERNEL_RE, CPU_COMM_RE, DATA_RE, NOT_COMPUTE_RE, Trace
 
-COLOURS = {"compute": "tab:blue", "comm": "tab:orange", "data": "tab:green", "other": "tab:gray",
-           "step": "lightgray"}
+COLOURS = {
+    "compute": "tab:blue",
+    "comm": "tab:orange",
+    "data": "tab:green",
+    "other": "tab:gray",
+    "step": "lightgray",
+}
 
 
 def _kind(e: Any) -> str | None:
@@ -46,8 +51,13 @@ def _rows(trace: Trace, start: float, end: float) -> dict[str, dict[str, list]]:
     return rows
 
 
-def plot_timeline(traces: Trace | Sequence[Trace], start_us: float | None = None,
-                  end_us: float | None = None, ax: Any = None, title: str = "") -> Any:
+def plot_timeline(
+    traces: Trace | Sequence[Trace],
+    start_us: float | None = None,
+    end_us: float | None = None,
+    ax: Any = None,
+    title: str = "",
+) -> Any:
     """Draw each rank's threads and CUDA streams as rows of colored bars: compute (blue),
     communication (orange), data loading (green), other device work (grey); grey blocks on
     top mark the profiler steps. Times in ms from the first step. Returns the axes."""
@@ -62,8 +72,13 @@ def plot_timeline(traces: Trace | Sequence[Trace], start_us: float | None = None
     lo = t0 if start_us is None else t0 + start_us
     hi = end_us + t0 if end_us is not None else max(e.ts + e.dur for t in traces for e in t.events)
     i18n.for_plot()
-    kind_names = {"compute": tr("compute"), "comm": tr("comm"), "data": tr("data"), "other": tr("other"),
-                  "step": tr("step")}
+    kind_names = {
+        "compute": tr("compute"),
+        "comm": tr("comm"),
+        "data": tr("data"),
+        "other": tr("other"),
+        "step": tr("step"),
+    }
     labels, bars = [], []
     for t in traces:
         for label, kinds in sorted(_rows(t, lo, hi).items(), key=lambda kv: "step" not in kv[1]):
@@ -74,12 +89,21 @@ def plot_timeline(traces: Trace | Sequence[Trace], start_us: float | None = None
     for row, kinds in enumerate(bars):
         for kind, spans in kinds.items():
             height, y = (0.14, row - 0.47) if kind == "step" else (0.6, row - 0.3)  # steps: a band on top
-            ax.broken_barh([((s - t0) / 1e3, (e - s) / 1e3) for s, e in spans], (y, height),
-                           facecolor=COLOURS[kind], edgecolor="black" if kind == "step" else "none",
-                           linewidth=0.5)
+            ax.broken_barh(
+                [((s - t0) / 1e3, (e - s) / 1e3) for s, e in spans],
+                (y, height),
+                facecolor=COLOURS[kind],
+                edgecolor="black" if kind == "step" else "none",
+                linewidth=0.5,
+            )
     present = {k for kinds in bars for k in kinds}
-    ax.legend(handles=[Patch(color=c, label=kind_names[k]) for k, c in COLOURS.items() if k in present],
-              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.legend(
+        handles=[Patch(color=c, label=kind_names[k]) for k, c in COLOURS.items() if k in present],
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=8,
+        frameon=False,
+    )
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(tr("time from the first profiled step (ms); steps are the outlined bands on top"))
@@ -96,13 +120,24 @@ def plot_pipeline(sched: PipelineSchedule, ax: Any = None) -> Any:
         _, ax = plt.subplots(figsize=(10, 0.5 * sched.stages + 1.2))
     for s, ops in enumerate(sched.ops):
         for start, end, kind, mb in ops:
-            ax.broken_barh([(start, end - start)], (s - 0.4, 0.8), edgecolor="black", linewidth=0.4,
-                           color="tab:cyan" if kind == "F" else "tab:purple")
+            ax.broken_barh(
+                [(start, end - start)],
+                (s - 0.4, 0.8),
+                edgecolor="black",
+                linewidth=0.4,
+                color="tab:cyan" if kind == "F" else "tab:purple",
+            )
             ax.text((start + end) / 2, s, f"{kind}{mb}", ha="center", va="center", fontsize=7)
     ax.set_yticks(range(sched.stages), [tr("stage {stage}", stage=s) for s in range(sched.stages)])
     ax.invert_yaxis()
     ax.set_xlabel(tr("time (units of one forward)"))
-    ax.set_title(tr("{schedule}: {stages} stages × {microbatches} microbatches, bubble {bubble:.0%}",
-                    schedule=sched.schedule, stages=sched.stages, microbatches=sched.microbatches,
-                    bubble=sched.bubble_fraction))
+    ax.set_title(
+        tr(
+            "{schedule}: {stages} stages × {microbatches} microbatches, bubble {bubble:.0%}",
+            schedule=sched.schedule,
+            stages=sched.stages,
+            microbatches=sched.microbatches,
+            bubble=sched.bubble_fraction,
+        )
+    )
     return ax

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .._validate import flag as _flag
-from ._trace import Trace, read_trace
+from ._trace import Trace
+from ._trace_read import read_trace
 
 POOL_MIN_BYTES = 16 * 2**20  # ~16 MB of (compressed) trace files: below, one process is faster
 
@@ -40,8 +41,9 @@ def _guarded(task: tuple[Callable, Path, tuple]) -> tuple[Any, str | None]:
         return None, text if str(path) in text else f"{path}: {type(err).__name__}: {text}"
 
 
-def run_per_file(fn: Callable, files: Sequence[Path], jobs: int | None, *extra: Any
-                 ) -> tuple[list[Any], dict[str, str]]:
+def run_per_file(
+    fn: Callable, files: Sequence[Path], jobs: int | None, *extra: Any
+) -> tuple[list[Any], dict[str, str]]:
     """``fn(file, *extra)`` for every file, in ``jobs`` processes (default: one per core, at most
     one per file, and none for less than ``POOL_MIN_BYTES`` of files, where starting workers
     costs more than it saves). Returns (results of the files that worked, in order;
@@ -63,16 +65,17 @@ def run_per_file(fn: Callable, files: Sequence[Path], jobs: int | None, *extra: 
     return done, failed
 
 
-def load_many(files: Sequence[Path], jobs: int | None, parser: str | None, keep_args: bool
-              ) -> list[Trace]:
+def load_many(files: Sequence[Path], jobs: int | None, parser: str | None, keep_args: bool) -> list[Trace]:
     """Read every file (in a pool); any file that fails raises one line naming each of them."""
     _flag(keep_args=keep_args)
     traces, failed = run_per_file(read_trace, files, jobs, parser, keep_args)
     if failed:
-        raise ValueError(f"{len(failed)} of {len(files)} trace files could not be read: "
-                         + " | ".join(failed.values())
-                         + " — fix or remove them, or use timeline.analyse_ranks(folder) to analyse "
-                         "the others")
+        raise ValueError(
+            f"{len(failed)} of {len(files)} trace files could not be read: "
+            + " | ".join(failed.values())
+            + " — fix or remove them, or use timeline.analyse_ranks(folder) to analyse "
+            "the others"
+        )
     return traces
 
 
@@ -130,19 +133,25 @@ class RankReport:
             return f"no rank of {self.source} could be analysed"
         ms = lambda t: "/".join(f"{v / 1e3:.2f}" for v in t)  # noqa: E731
         slow = next(r for r in self.rows if r.rank == self.slowest)
-        return (f"{len(self.rows)} ranks; slowest rank {self.slowest} (own time {slow.own_us / 1e3:.2f} "
-                f"ms per step); step time min/median/max {ms(self.step_spread_us)} ms; exposed "
-                f"communication min/median/max {ms(self.exposed_spread_us)} ms")
+        return (
+            f"{len(self.rows)} ranks; slowest rank {self.slowest} (own time {slow.own_us / 1e3:.2f} "
+            f"ms per step); step time min/median/max {ms(self.step_spread_us)} ms; exposed "
+            f"communication min/median/max {ms(self.exposed_spread_us)} ms"
+        )
 
     def __str__(self) -> str:
-        lines = [f"{'rank':>4} {'events':>8} {'steps':>5} {'kernel ms':>10} {'idle%':>6} {'comp%':>6} "
-                 f"{'non%':>6} {'overlap%':>8} {'step ms':>8} {'exposed':>8} {'own ms':>8}  basis"]
+        lines = [
+            f"{'rank':>4} {'events':>8} {'steps':>5} {'kernel ms':>10} {'idle%':>6} {'comp%':>6} "
+            f"{'non%':>6} {'overlap%':>8} {'step ms':>8} {'exposed':>8} {'own ms':>8}  basis"
+        ]
         for r in self.rows:
             ov = "-" if r.overlap_pct is None else f"{r.overlap_pct:.2f}"
-            lines.append(f"{r.rank!s:>4} {r.events:>8} {r.steps:>5} {r.kernel_time_us / 1e3:10.2f} "
-                         f"{r.idle_pct:6.2f} {r.compute_pct:6.2f} {r.non_compute_pct:6.2f} {ov:>8} "
-                         f"{r.step_us / 1e3:8.2f} {r.exposed_comm_us / 1e3:8.2f} {r.own_us / 1e3:8.2f}  "
-                         f"{r.basis}")
+            lines.append(
+                f"{r.rank!s:>4} {r.events:>8} {r.steps:>5} {r.kernel_time_us / 1e3:10.2f} "
+                f"{r.idle_pct:6.2f} {r.compute_pct:6.2f} {r.non_compute_pct:6.2f} {ov:>8} "
+                f"{r.step_us / 1e3:8.2f} {r.exposed_comm_us / 1e3:8.2f} {r.own_us / 1e3:8.2f}  "
+                f"{r.basis}"
+            )
         lines.append(self.summary())
         lines += [f"failed: {err}" for err in self.failed.values()]
         return "\n".join(lines)

@@ -6,6 +6,7 @@ Units: seconds, bytes, bytes per second (decimal SI), unless a name says otherwi
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -71,15 +72,18 @@ def bucket_sizes(total_bytes: float, bucket_bytes: float) -> list[float]:
     return [bucket_bytes] * int(full) + ([rest] if rest > 0 else [])
 
 
-def bucketed_allreduce_time(total_bytes: float, bucket_bytes: float, n_ranks: int, alpha_s: float,
-                            bandwidth: float) -> float:
+def bucketed_allreduce_time(
+    total_bytes: float, bucket_bytes: float, n_ranks: int, alpha_s: float, bandwidth: float
+) -> float:
     """Ring all-reduces of every bucket, one after another: small buckets pay α many times."""
-    return sum(ring_allreduce_time(b, n_ranks, alpha_s, bandwidth)
-               for b in bucket_sizes(total_bytes, bucket_bytes))
+    return sum(
+        ring_allreduce_time(b, n_ranks, alpha_s, bandwidth) for b in bucket_sizes(total_bytes, bucket_bytes)
+    )
 
 
-def overlapped_backward(backward_s: float, total_bytes: float, bucket_bytes: float, n_ranks: int,
-                        alpha_s: float, bandwidth: float) -> tuple[float, float]:
+def overlapped_backward(
+    backward_s: float, total_bytes: float, bucket_bytes: float, n_ranks: int, alpha_s: float, bandwidth: float
+) -> tuple[float, float]:
     """(backward + communication end time, exposed communication) for DDP-style buckets.
 
     Gradients become ready at a constant rate during the backward; a bucket's all-reduce
@@ -109,8 +113,9 @@ def max_saving(comm_s: float, new_comm_s: float, overlap_window_s: float) -> flo
     return min_exposed(comm_s, overlap_window_s) - min_exposed(new_comm_s, overlap_window_s)
 
 
-def step_with_overlap(forward_s: float, backward_s: float, window_fraction: float,
-                      comm_s: float) -> tuple[float, float]:
+def step_with_overlap(
+    forward_s: float, backward_s: float, window_fraction: float, comm_s: float
+) -> tuple[float, float]:
     """(step time, exposed communication) of forward + backward when communication can hide
     behind the last ``window_fraction`` of the backward. A faster backward also shrinks that
     window, so more communication is exposed: a faster kernel may not make the step faster."""
@@ -135,13 +140,15 @@ def bubble_fraction(stages: int, microbatches: int, chunks: int = 1) -> float:
 
 def stage_times(layer_times: list[float], split: list[int]) -> list[float]:
     """Time of each pipeline stage when stage i gets the next ``split[i]`` layers, in order."""
-    if sum(split) != len(layer_times) or any(isinstance(k, bool) or not isinstance(k, int) or k < 1
-                                              for k in split):
-        raise ValueError(f"split {split} must give every stage at least one layer and use all "
-                         f"{len(layer_times)} layers")
+    if sum(split) != len(layer_times) or any(
+        isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in split
+    ):
+        raise ValueError(
+            f"split {split} must give every stage at least one layer and use all {len(layer_times)} layers"
+        )
     out, i = [], 0
     for k in split:
-        out.append(sum(layer_times[i:i + k]))
+        out.append(sum(layer_times[i : i + k]))
         i += k
     return out
 
@@ -160,11 +167,12 @@ def optimal_splits(layer_times: list[float], stages: int) -> list[list[int]]:
     prefix = [0.0]
     for t in layer_times:
         prefix.append(prefix[-1] + t)
-    best, found = math.inf, []
+    best = math.inf
+    found: list[list[int]] = []  # the splits with the lowest slowest stage so far
     for cuts in combinations(range(1, n), stages - 1):
         bounds = (0, *cuts, n)
-        slowest = max(prefix[b] - prefix[a] for a, b in zip(bounds, bounds[1:], strict=False))
-        split = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+        slowest = max(prefix[b] - prefix[a] for a, b in itertools.pairwise(bounds))
+        split = [b - a for a, b in itertools.pairwise(bounds)]
         tie = 1e-9 * max(1.0, abs(slowest))  # sums in another order may differ in the last bits
         if not found or slowest < best - tie:
             best, found = slowest, [split]
@@ -221,8 +229,14 @@ def _stage_order(schedule: str, stage: int, p: int, m: int) -> list[tuple[str, i
     return order + [("B", i) for i in range(m - warmup, m)]
 
 
-def simulate_pipeline(stages: int, microbatches: int, schedule: str = "1f1b", t_forward: float = 1.0,
-                      t_backward: float = 2.0, stage_scale: list[float] | None = None) -> PipelineSchedule:
+def simulate_pipeline(
+    stages: int,
+    microbatches: int,
+    schedule: str = "1f1b",
+    t_forward: float = 1.0,
+    t_backward: float = 2.0,
+    stage_scale: list[float] | None = None,
+) -> PipelineSchedule:
     """Simulate a pipeline-parallel step with ``stages`` stages (each op starts as soon as
     its stage is free and its input — the previous stage's forward or the next stage's
     backward of the same microbatch — is done). ``stage_scale`` makes stages unequal: stage
@@ -246,7 +260,9 @@ def simulate_pipeline(stages: int, microbatches: int, schedule: str = "1f1b", t_
             if cursor[s] == len(orders[s]):
                 continue
             kind, i = orders[s][cursor[s]]
-            dep = ("F", s - 1, i) if kind == "F" else (("B", s + 1, i) if s < p - 1 else ("F", s, i))
+            dep: tuple[str, int, int] | None = (
+                ("F", s - 1, i) if kind == "F" else (("B", s + 1, i) if s < p - 1 else ("F", s, i))
+            )
             if kind == "F" and s == 0:
                 dep = None
             if dep is not None and dep not in done:

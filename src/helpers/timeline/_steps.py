@@ -1,19 +1,16 @@
-"""Loading traces and splitting each step: compute, exposed communication, idle; the verdict."""
-
+"""Splitting each step: compute, exposed communication, idle; the verdict (traces are loaded by
+:mod:`helpers.timeline._load`)."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from importlib import resources
-from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
-from .._validate import flag as _flag
-from .._validate import path as _path
 from ._intervals import (
     _merge,
     as_list,
@@ -25,62 +22,16 @@ from ._intervals import (
     subtract,
     union_length,
 )
-from ._ranks import load_many
 from ._trace import (
     COMM_KERNEL_RE,
     CPU_COMM_RE,
     DATA_RE,
     NOT_COMPUTE_RE,
     Trace,
-    rank_from_name,
-    read_trace,
-    trace_files,
 )
 
-
-def load_trace(path: str | Path | Sequence[str | Path], jobs: int | None = None,
-               parser: str | None = None, keep_args: bool = False) -> Trace | list[Trace]:
-    """Read a ``torch.profiler`` chrome trace (``.json`` / ``.json.gz``).
-
-    A file gives one :class:`Trace`; a folder or a list of files gives one trace per rank,
-    sorted by rank, read by ``jobs`` processes (default: one per core once the files pass
-    ~16 MB; below that, one). Missing or damaged
-    files raise a one-line error naming them. ``parser`` is "msgspec" (the default when it is
-    installed) or "json"; ``keep_args=True`` keeps every event argument in ``Event.args``
-    (slower; by default only ``stream`` and ``correlation``).
-    """
-    _flag(keep_args=keep_args)
-    if isinstance(path, (list, tuple)):
-        if not path:
-            raise ValueError("load_trace got an empty list; pass a file, a folder or a list of files")
-        files = [_path(f"path[{i}]", p) for i, p in enumerate(path)]
-    elif _path("path", path).is_dir():
-        files = trace_files(Path(path))
-    else:
-        return read_trace(path, parser, keep_args)
-    traces = load_many(files, jobs, parser, keep_args)
-    return sorted(traces, key=lambda t: (t.rank is None, t.rank if t.rank is not None else 0,
-                                         rank_from_name(t.path) is None, rank_from_name(t.path) or 0,
-                                         t.path))
-
-
-def example_traces(name: str = "ddp_balanced") -> list[Path]:
-    """Paths of the traces shipped with the package (example data recorded by this project with
-    :func:`record_ddp`, torch 2.13, gloo on CPU; see ``data/timeline_README.md``):
-    ``"ddp_balanced"`` or ``"ddp_one_slow"`` (one rank sleeps :data:`EXAMPLE_SLOW_S` per step;
-    which one is for you to find)."""
-    folder = resources.files("helpers") / "data"
-    found = sorted(Path(str(p)) for p in folder.iterdir() if p.name.startswith(f"timeline_{name}_rank"))
-    if not found:
-        raise FileNotFoundError(f"no shipped example traces called {name!r}; "
-                                "use 'ddp_balanced' or 'ddp_one_slow'")
-    return found
-
-
-#: The delay of the slow rank in the shipped ``ddp_one_slow`` recording, seconds per step.
-EXAMPLE_SLOW_S = 0.1
-
 # --------------------------------------------------------------------------- classification
+
 
 def _cpu_threads(trace: Trace) -> np.ndarray:
     """Thread codes of the training thread(s): those that own the steps, else the busiest
@@ -111,11 +62,12 @@ def _classes(trace: Trace) -> tuple[str, dict[str, list[tuple[float, float]]]]:
     if not gpu:
         cpu_comm = host & ~data & c.name_mask(CPU_COMM_RE)
         comm |= cpu_comm
-        compute |= (host & ~data & ~cpu_comm & c.cat_mask("cpu_op")
-                    & np.isin(c.thread, _cpu_threads(trace)))
+        compute |= host & ~data & ~cpu_comm & c.cat_mask("cpu_op") & np.isin(c.thread, _cpu_threads(trace))
     start, end = c.ts, c.end
-    iv = {k: as_list(*merge_arrays(start[m], end[m]))
-          for k, m in (("compute", compute), ("comm", comm), ("other", other), ("data", data))}
+    iv = {
+        k: as_list(*merge_arrays(start[m], end[m]))
+        for k, m in (("compute", compute), ("comm", comm), ("other", other), ("data", data))
+    }
     if not gpu:  # on a CPU the operators of the data loader are data loading, not model compute
         iv["compute"] = subtract(iv["compute"], iv["data"])
     trace.cache["classes"] = ("gpu" if gpu else "cpu"), iv
@@ -148,16 +100,22 @@ class StepBreakdown:
     def shares(self) -> dict[str, float]:
         """Fractions of the step: compute, exposed communication, data wait, host overhead, bubble."""
         d = self.duration_us or math.nan
-        return {"compute": self.compute_us / d, "exposed_comm": self.exposed_comm_us / d,
-                "data_wait": self.data_wait_us / d, "host_overhead": self.host_overhead_us / d,
-                "bubble": self.bubble_us / d}
+        return {
+            "compute": self.compute_us / d,
+            "exposed_comm": self.exposed_comm_us / d,
+            "data_wait": self.data_wait_us / d,
+            "host_overhead": self.host_overhead_us / d,
+            "bubble": self.bubble_us / d,
+        }
 
     def __str__(self) -> str:
         ms = lambda us: f"{us / 1e3:7.2f}"  # noqa: E731
-        return (f"{self.step:>16} rank {self.rank}: step {ms(self.duration_us)} ms | compute "
-                f"{ms(self.compute_us)} | comm {ms(self.communication_us)} (exposed "
-                f"{ms(self.exposed_comm_us)}) | data {ms(self.data_wait_us)} | host "
-                f"{ms(self.host_overhead_us)} | other {ms(self.other_us)}")
+        return (
+            f"{self.step:>16} rank {self.rank}: step {ms(self.duration_us)} ms | compute "
+            f"{ms(self.compute_us)} | comm {ms(self.communication_us)} (exposed "
+            f"{ms(self.exposed_comm_us)}) | data {ms(self.data_wait_us)} | host "
+            f"{ms(self.host_overhead_us)} | other {ms(self.other_us)}"
+        )
 
 
 def _window(trace: Trace, iv: dict, basis: str, name: str, start: float, end: float) -> StepBreakdown:
@@ -166,10 +124,20 @@ def _window(trace: Trace, iv: dict, basis: str, name: str, start: float, end: fl
     busy = _merge(compute + comm + part["other"])
     idle = gaps(busy, start, end)
     idle_us, data_us = union_length(idle), overlap(idle, part["data"])
-    return StepBreakdown(name, trace.rank, basis, start, end - start, union_length(compute),
-                         union_length(comm), exposed(comm, compute),
-                         union_length(subtract(part["other"], compute + comm)), idle_us, data_us,
-                         idle_us - data_us)
+    return StepBreakdown(
+        name,
+        trace.rank,
+        basis,
+        start,
+        end - start,
+        union_length(compute),
+        union_length(comm),
+        exposed(comm, compute),
+        union_length(subtract(part["other"], compute + comm)),
+        idle_us,
+        data_us,
+        idle_us - data_us,
+    )
 
 
 def step_breakdown(trace: Trace, step_pattern: str | None = None) -> list[StepBreakdown]:
@@ -183,7 +151,8 @@ def step_breakdown(trace: Trace, step_pattern: str | None = None) -> list[StepBr
     if not len(trace.columns):
         raise ValueError(f"{trace.path} holds no complete events: nothing to break down")
     windows = [(s.name, s.ts, s.end) for s in steps] or [
-        ("whole trace", float(trace.columns.ts[0]), float(trace.columns.end.max()))]
+        ("whole trace", float(trace.columns.ts[0]), float(trace.columns.end.max()))
+    ]
     return [_window(trace, iv, basis, *w) for w in windows]
 
 
@@ -191,8 +160,11 @@ def mean_step(breakdowns: Sequence[StepBreakdown]) -> StepBreakdown:
     """The average step of several (fields averaged), named after the first and last."""
     if not breakdowns:
         raise ValueError("mean_step needs at least one StepBreakdown")
-    avg = {f.name: statistics.fmean(getattr(b, f.name) for b in breakdowns)
-           for f in fields(StepBreakdown) if f.name.endswith("_us")}
+    avg = {
+        f.name: statistics.fmean(getattr(b, f.name) for b in breakdowns)
+        for f in fields(StepBreakdown)
+        if f.name.endswith("_us")
+    }
     first = breakdowns[0]
     name = first.step if len(breakdowns) == 1 else f"mean of {len(breakdowns)}"
     return StepBreakdown(name, first.rank, first.basis, **avg)
@@ -210,10 +182,18 @@ class Verdict:
         return f"{self.label}: {self.reason}"
 
 
-LABELS = {"exposed_comm": "communication-bound", "data_wait": "data-bound",
-          "host_overhead": "host-bound", "bubble": "pipeline-bubble"}
-_WASTE_FIELDS = {"exposed_comm": "exposed_comm_us", "data_wait": "data_wait_us",
-                 "host_overhead": "host_overhead_us", "bubble": "bubble_us"}
+LABELS = {
+    "exposed_comm": "communication-bound",
+    "data_wait": "data-bound",
+    "host_overhead": "host-bound",
+    "bubble": "pipeline-bubble",
+}
+_WASTE_FIELDS = {
+    "exposed_comm": "exposed_comm_us",
+    "data_wait": "data_wait_us",
+    "host_overhead": "host_overhead_us",
+    "bubble": "bubble_us",
+}
 
 
 def classify(step: StepBreakdown, threshold: float = 0.2) -> Verdict:
@@ -233,10 +213,18 @@ def classify(step: StepBreakdown, threshold: float = 0.2) -> Verdict:
     of_compute = wastes[worst] / step.compute_us if step.compute_us > 0 else math.inf
     evidence = {**shares, f"{worst}_per_compute": of_compute}
     if wastes[worst] > threshold * step.compute_us:
-        return Verdict(LABELS[worst], evidence, f"{worst} is {of_compute:.0%} of the compute time "
-                       f"(more than {threshold:.0%}); compute {shares['compute']:.0%} of the step")
-    return Verdict("compute-bound", evidence, f"no waste is above {threshold:.0%} of the compute time "
-                   f"(largest: {worst}, {of_compute:.0%}); compute {shares['compute']:.0%} of the step")
+        return Verdict(
+            LABELS[worst],
+            evidence,
+            f"{worst} is {of_compute:.0%} of the compute time "
+            f"(more than {threshold:.0%}); compute {shares['compute']:.0%} of the step",
+        )
+    return Verdict(
+        "compute-bound",
+        evidence,
+        f"no waste is above {threshold:.0%} of the compute time "
+        f"(largest: {worst}, {of_compute:.0%}); compute {shares['compute']:.0%} of the step",
+    )
 
 
 def own_time(breakdowns: Sequence[StepBreakdown]) -> float:
@@ -251,16 +239,27 @@ STRAGGLER_FLOOR = 0.05  # a lead under 5 % of the slowest rank's own time is nev
 NOISE_ERRORS = 2.0  # a lead must also exceed this many standard errors of the per-step leads
 
 
-def slowest_rank(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]]) -> int:
+def slowest_rank(breakdowns_by_rank: Mapping[int, Sequence[StepBreakdown]]) -> int:
     """The rank with the most time of its own per step (step − exposed communication), with no
     margin: the candidate :func:`straggler` then tests against the noise."""
     if not breakdowns_by_rank:
         raise ValueError("slowest_rank needs breakdowns for at least one rank")
     own = {r: own_time(bs) for r, bs in breakdowns_by_rank.items()}
-    return max(own, key=own.get)
+    return max(own, key=own.__getitem__)
 
 
-def straggler_evidence(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]]) -> dict[str, float]:
+class StragglerEvidence(TypedDict):
+    """What :func:`straggler_evidence` returns (a plain dict)."""
+
+    rank: int
+    steps: int
+    lead: float
+    noise: float
+    floor: float
+    margin: float
+
+
+def straggler_evidence(breakdowns_by_rank: Mapping[int, Sequence[StepBreakdown]]) -> StragglerEvidence:
     """What :func:`straggler` decides from, in µs per step: ``rank`` (the slowest, most own
     time), ``steps`` (steps compared: step i of every rank is the same iteration in synchronous
     data parallelism), ``lead`` (the mean over those steps of its own time minus the highest
@@ -275,11 +274,17 @@ def straggler_evidence(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]]) -
     lead = statistics.fmean(leads)
     noise = NOISE_ERRORS * statistics.stdev(leads) / math.sqrt(steps) if steps > 1 else 0.0
     floor = STRAGGLER_FLOOR * own_time(breakdowns_by_rank[slow])
-    return {"rank": slow, "steps": steps, "lead": lead, "noise": noise, "floor": floor,
-            "margin": max(noise, floor)}
+    return {
+        "rank": slow,
+        "steps": steps,
+        "lead": lead,
+        "noise": noise,
+        "floor": floor,
+        "margin": max(noise, floor),
+    }
 
 
-def straggler(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]]) -> int | None:
+def straggler(breakdowns_by_rank: Mapping[int, Sequence[StepBreakdown]]) -> int | None:
     """The rank the others wait for, or ``None`` when the run is balanced.
 
     The candidate is the slowest rank (most time of its own per step). Step by step, its lead
@@ -297,8 +302,9 @@ def straggler(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]]) -> int | N
     return e["rank"] if e["lead"] > e["margin"] else None
 
 
-def classify_ranks(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]],
-                   threshold: float = 0.2) -> dict[int, Verdict]:
+def classify_ranks(
+    breakdowns_by_rank: Mapping[int, Sequence[StepBreakdown]], threshold: float = 0.2
+) -> dict[int, Verdict]:
     """One verdict per rank of a multi-rank run. When :func:`straggler` finds a rank the others
     wait for (beyond the noise; a balanced run has none), a rank whose exposed communication is mostly
     waiting for the slowest rank k (the gap between k's own time and its own covers at least
@@ -317,10 +323,13 @@ def classify_ranks(breakdowns_by_rank: dict[int, Sequence[StepBreakdown]],
         gap = slow_own - own_time(breakdowns_by_rank[rank])
         exposed = mean_step(breakdowns_by_rank[rank]).exposed_comm_us
         if gap >= 0.5 * exposed:
-            verdicts[rank] = Verdict(f"waiting for rank {slow}", {**verdict.evidence, "wait_us": gap},
-                                     f"rank {slow} has {gap / 1e3:.1f} ms more own time per step; this "
-                                     f"rank waits for it inside the collective ({exposed / 1e3:.1f} ms "
-                                     "exposed communication)")
+            verdicts[rank] = Verdict(
+                f"waiting for rank {slow}",
+                {**verdict.evidence, "wait_us": gap},
+                f"rank {slow} has {gap / 1e3:.1f} ms more own time per step; this "
+                f"rank waits for it inside the collective ({exposed / 1e3:.1f} ms "
+                "exposed communication)",
+            )
     return verdicts
 
 
@@ -330,19 +339,23 @@ def rank_table(traces: Sequence[Trace]) -> str:
     straggler test of :func:`straggler` (which rank, or balanced, and why)."""
     by_rank = {t.rank if t.rank is not None else i: step_breakdown(t) for i, t in enumerate(traces)}
     verdicts = classify_ranks(by_rank)
-    lines = [f"{'rank':>4} {'steps':>5} {'step ms':>8} {'compute':>8} {'comm':>8} {'exposed':>8} "
-             f"{'data':>7} {'host':>7}  verdict"]
+    lines = [
+        f"{'rank':>4} {'steps':>5} {'step ms':>8} {'compute':>8} {'comm':>8} {'exposed':>8} "
+        f"{'data':>7} {'host':>7}  verdict"
+    ]
     for rank, bs in by_rank.items():
         m = mean_step(bs)
-        lines.append(f"{rank!s:>4} {len(bs):>5} {m.duration_us / 1e3:8.2f} {m.compute_us / 1e3:8.2f} "
-                     f"{m.communication_us / 1e3:8.2f} {m.exposed_comm_us / 1e3:8.2f} "
-                     f"{m.data_wait_us / 1e3:7.2f} {m.host_overhead_us / 1e3:7.2f}  {verdicts[rank].label}")
+        lines.append(
+            f"{rank!s:>4} {len(bs):>5} {m.duration_us / 1e3:8.2f} {m.compute_us / 1e3:8.2f} "
+            f"{m.communication_us / 1e3:8.2f} {m.exposed_comm_us / 1e3:8.2f} "
+            f"{m.data_wait_us / 1e3:7.2f} {m.host_overhead_us / 1e3:7.2f}  {verdicts[rank].label}"
+        )
     if len(by_rank) > 1:
         e, slow = straggler_evidence(by_rank), straggler(by_rank)
-        why = (f"rank {e['rank']} leads the others by {e['lead'] / 1e3:.2f} ms of own time per step over "
-               f"{e['steps']} steps; margin {e['margin'] / 1e3:.2f} ms (5 % floor {e['floor'] / 1e3:.2f} ms, "
-               f"2 standard errors of the per-step leads {e['noise'] / 1e3:.2f} ms)")
+        why = (
+            f"rank {e['rank']} leads the others by {e['lead'] / 1e3:.2f} ms of own time per step over "
+            f"{e['steps']} steps; margin {e['margin'] / 1e3:.2f} ms (5 % floor {e['floor'] / 1e3:.2f} ms, "
+            f"2 standard errors of the per-step leads {e['noise'] / 1e3:.2f} ms)"
+        )
         lines.append(f"straggler: rank {slow} ({why})" if slow is not None else f"balanced: {why}")
     return "\n".join(lines)
-
-

@@ -3,7 +3,8 @@
 A :class:`Trace` keeps its complete events as numpy columns (start, duration, and codes for
 name, category, thread, stream and correlation), so the analysis runs vectorised; the
 :class:`Event` tuples of ``trace.events`` are built only when someone asks for them.
-Reading and parsing the file is :mod:`helpers.timeline._trace_read`.
+This module is the data model only: reading a file into it is
+:mod:`helpers.timeline._trace_read`, which imports this one (never the other way round).
 """
 
 from __future__ import annotations
@@ -11,14 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from itertools import repeat
-from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
-
-from .._validate import flag as _flag
-from .._validate import path as _path
 
 STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 # Steps annotated by hand (NVTX-style "train_step_0012", record_function("step 3"), ...)
@@ -32,28 +29,23 @@ CPU_COMM_RE = re.compile(r"^(gloo|nccl|mpi|ucc):|^c10d::")
 DATA_RE = re.compile(r"dataloader|data_load|next_batch|fetch_batch", re.IGNORECASE)
 
 
-class Event(tuple):
-    """One complete ("X") trace event, a light tuple. Times are microseconds, as in the trace.
+class Event(NamedTuple):
+    """One complete ("X") trace event, a light named tuple. Times are microseconds, as in the trace.
 
-    Fields: name, cat, ts, dur, pid, tid, stream (None for host events), correlation, args.
-    ``args`` holds the event's ``stream`` and ``correlation`` (the arguments the analysis uses);
-    ``load_trace(..., keep_args=True)`` keeps every argument the profiler wrote.
+    ``stream`` is None for host events. ``args`` holds the event's ``stream`` and ``correlation``
+    (the arguments the analysis uses); ``load_trace(..., keep_args=True)`` keeps every argument
+    the profiler wrote.
     """
 
-    __slots__ = ()
-    name = property(itemgetter(0))
-    cat = property(itemgetter(1))
-    ts = property(itemgetter(2))
-    dur = property(itemgetter(3))
-    pid = property(itemgetter(4))
-    tid = property(itemgetter(5))
-    stream = property(itemgetter(6))
-    correlation = property(itemgetter(7))
-    args = property(itemgetter(8))
-
-    def __new__(cls, name: str, cat: str, ts: float, dur: float, pid: Any, tid: Any,
-                stream: int | None, correlation: int | None, args: dict) -> Event:
-        return tuple.__new__(cls, (name, cat, ts, dur, pid, tid, stream, correlation, args))
+    name: str
+    cat: str
+    ts: float
+    dur: float
+    pid: Any
+    tid: Any
+    stream: int | None
+    correlation: int | None
+    args: dict
 
     @property
     def end(self) -> float:
@@ -76,9 +68,18 @@ class Columns:
     means "absent" (a host event has stream −1; an event without correlation has corr −1).
     """
 
-    def __init__(self, ts: Sequence[float], dur: Sequence[float], names: Sequence[str],
-                 cats: Sequence[str], pids: Sequence[Any], tids: Sequence[Any], streams: Sequence[Any],
-                 corrs: Sequence[Any], args: Sequence[dict] | None = None) -> None:
+    def __init__(
+        self,
+        ts: Sequence[float],
+        dur: Sequence[float],
+        names: Sequence[str],
+        cats: Sequence[str],
+        pids: Sequence[Any],
+        tids: Sequence[Any],
+        streams: Sequence[Any],
+        corrs: Sequence[Any],
+        args: Sequence[dict] | None = None,
+    ) -> None:
         self.ts = np.asarray(ts, dtype=np.float64)
         self.dur = np.asarray(dur, dtype=np.float64)
         order = None if _is_sorted(self.ts) else np.argsort(self.ts, kind="stable")
@@ -127,11 +128,22 @@ class Columns:
         if self.args is not None:
             args: Iterable = self.args if index is None else [self.args[i] for i in index.tolist()]
         else:
-            args = ({k: v for k, v in (("stream", s), ("correlation", c)) if v is not None}
-                    for s, c in zip(streams, corrs, strict=True))
-        rows = zip(names, cats, pick(self.ts).tolist(), pick(self.dur).tolist(),
-                   [t[0] for t in threads], [t[1] for t in threads], streams, corrs, args,
-                   strict=True)
+            args = (
+                {k: v for k, v in (("stream", s), ("correlation", c)) if v is not None}
+                for s, c in zip(streams, corrs, strict=True)
+            )
+        rows = zip(
+            names,
+            cats,
+            pick(self.ts).tolist(),
+            pick(self.dur).tolist(),
+            [t[0] for t in threads],
+            [t[1] for t in threads],
+            streams,
+            corrs,
+            args,
+            strict=True,
+        )
         return list(map(tuple.__new__, repeat(Event), rows))
 
 
@@ -150,8 +162,9 @@ def _pairs(a: tuple[np.ndarray, list], b: tuple[np.ndarray, list]) -> tuple[np.n
 NONE = np.iinfo(np.int64).min  # "absent" in an int64 column of ids
 
 
-def _codes(values: Sequence[Any] | np.ndarray, order: np.ndarray | None,
-           absent: tuple = ()) -> tuple[np.ndarray, list[Any]]:
+def _codes(
+    values: Sequence[Any] | np.ndarray, order: np.ndarray | None, absent: tuple = ()
+) -> tuple[np.ndarray, list[Any]]:
     """Factorise ``values``: (codes in ``order``, distinct values in order of appearance);
     values equal to one in ``absent`` get code −1. An int64 array (``NONE`` for None) is
     factorised by sorting instead (its distinct values then come sorted)."""
@@ -161,9 +174,9 @@ def _codes(values: Sequence[Any] | np.ndarray, order: np.ndarray | None,
             if a is not None:
                 present &= values != a
         codes = np.full(len(values), -1, np.int64)
-        distinct, codes[present] = np.unique(values[present], return_inverse=True)
-        return (codes if order is None else codes[order]), distinct.tolist()
-    index: dict[Any, int] = dict.fromkeys(values)  # distinct values, first appearance first
+        uniques, codes[present] = np.unique(values[present], return_inverse=True)
+        return (codes if order is None else codes[order]), uniques.tolist()
+    index: dict[Any, int] = dict.fromkeys(values, 0)  # distinct values, first appearance first
     for a in absent:
         index.pop(a, None)
     distinct = list(index)
@@ -178,11 +191,19 @@ class Trace:
     """One rank's trace: its complete events (as :class:`Columns`, sorted by start) and what the
     file says about it. ``events`` (a list of :class:`Event`) is built on first use."""
 
-    def __init__(self, path: str, events: Sequence[Event] | None = None, rank: int | None = None,
-                 world_size: int | None = None, backend: str | None = None,
-                 thread_names: dict[tuple[Any, Any], str] | None = None,
-                 meta: dict[str, Any] | None = None, *, columns: Columns | None = None,
-                 parser: str = "") -> None:
+    def __init__(
+        self,
+        path: str,
+        events: Sequence[Event] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        backend: str | None = None,
+        thread_names: dict[tuple[Any, Any], str] | None = None,
+        meta: dict[str, Any] | None = None,
+        *,
+        columns: Columns | None = None,
+        parser: str = "",
+    ) -> None:
         self.path = str(path)
         self.rank, self.world_size, self.backend = rank, world_size, backend
         self.thread_names = dict(thread_names or {})
@@ -191,10 +212,17 @@ class Trace:
         self.cache: dict[str, Any] = {}  # analysis results
         if columns is None:
             events = list(events or [])
-            columns = Columns([e.ts for e in events], [e.dur for e in events], [e.name for e in events],
-                              [e.cat for e in events], [e.pid for e in events], [e.tid for e in events],
-                              [e.stream for e in events], [e.correlation for e in events],
-                              [e.args for e in events])
+            columns = Columns(
+                [e.ts for e in events],
+                [e.dur for e in events],
+                [e.name for e in events],
+                [e.cat for e in events],
+                [e.pid for e in events],
+                [e.tid for e in events],
+                [e.stream for e in events],
+                [e.correlation for e in events],
+                [e.args for e in events],
+            )
         self.columns = columns
         self._events = None if events is None else list(events)
 
@@ -208,9 +236,14 @@ class Trace:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Trace):
             return NotImplemented
-        return ((self.path, self.rank, self.world_size, self.backend, self.thread_names, self.meta)
-                == (other.path, other.rank, other.world_size, other.backend, other.thread_names,
-                    other.meta) and self.events == other.events)
+        return (self.path, self.rank, self.world_size, self.backend, self.thread_names, self.meta) == (
+            other.path,
+            other.rank,
+            other.world_size,
+            other.backend,
+            other.thread_names,
+            other.meta,
+        ) and self.events == other.events
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -243,44 +276,8 @@ class Trace:
     def __repr__(self) -> str:
         kind = "GPU" if self.is_gpu else "CPU-only"
         rank = "?" if self.rank is None else self.rank
-        return (f"Trace({Path(self.path).name}: rank {rank}/{self.world_size or '?'}, "
-                f"{self.backend or 'no'} backend, {kind}, {len(self.columns)} events, "
-                f"{len(self.step_index())} steps)")
-
-
-def read_trace(path: str | Path, parser: str | None = None, keep_args: bool = False) -> Trace:
-    """Read one chrome-trace file into a :class:`Trace` (complete events only, sorted by start).
-
-    ``parser``: "msgspec" or "json" (the standard library); by default msgspec when it is
-    installed. ``trace.parser`` says which one ran."""
-    _flag(keep_args=keep_args)
-    from ._trace_read import parse_file
-
-    path = _path("path", path)
-    columns, threads, meta, used = parse_file(path, parser, keep_args)
-    info = meta.get("distributedInfo")
-    info = info if isinstance(info, dict) else {}
-    return Trace(str(path), None, info.get("rank"), info.get("world_size"), info.get("backend"),
-                 threads, meta, columns=columns, parser=used)
-
-
-RANK_IN_NAME_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
-
-
-def rank_from_name(path: str | Path) -> int | None:
-    """The rank written in a file name (``rank-3.json.gz``, ``trace_rank7.json``), else None."""
-    m = RANK_IN_NAME_RE.search(Path(path).name)
-    return int(m.group(1)) if m else None
-
-
-def trace_files(folder: Path) -> list[Path]:
-    """The ``.json`` / ``.json.gz`` files of a folder (``rank-N.json.gz``, the profiler's
-    ``host_pid.<time>.pt.trace.json``, ...), one per rank."""
-    if not folder.is_dir():
-        raise FileNotFoundError(f"trace folder not found: {folder}")
-    files = sorted(p for p in folder.iterdir() if p.is_file()
-                   and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
-    if not files:
-        raise FileNotFoundError(f"no .json or .json.gz trace files in folder {folder}; point at the "
-                                "folder torch.profiler wrote (one file per rank)")
-    return files
+        return (
+            f"Trace({Path(self.path).name}: rank {rank}/{self.world_size or '?'}, "
+            f"{self.backend or 'no'} backend, {kind}, {len(self.columns)} events, "
+            f"{len(self.step_index())} steps)"
+        )

@@ -5,9 +5,10 @@ one submission may use), :func:`merge` (shard results into one CSV) and :func:`a
 stock-nbgrader route). The modules behind it, in the order a submission meets them:
 :mod:`.submissions` (find and read), :mod:`.reference` (nbgrader release and the trusted
 reference run), :mod:`.exam` and :mod:`.hidden` (the notebook that is executed, and scoring),
-:mod:`.stubs` (the exercise's helpers replaced in the sandbox's copy), :mod:`.isolate` and
-:mod:`.sandbox` (bubblewrap and the notebook client), :mod:`.copies` (copied helper code),
-:mod:`.results`, :mod:`.parts` and :mod:`.shards` (CSV, feedback, details, shards).
+:mod:`.stubs` (the exercise's helpers replaced in the sandbox's copy), :mod:`.sandbox` and
+:mod:`.client` (bubblewrap, and the notebook client outside it), :mod:`.copies` (copied helper code),
+:mod:`.results`, :mod:`.parts` and :mod:`.shards` (CSV, feedback, details, shards); after them
+:mod:`.class_report` (``trainperf report``: the class at a glance, from the results alone).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ __all__ = sorted(_FACADE)
 
 
 def __getattr__(name: str) -> Any:
-    # lazy: the sandbox's notebook client (``python -m trainperf.grading.sandbox``, one per
+    # lazy: the grading client (``python -m trainperf.grading.client``, one per
     # submission) imports only what it needs, not the whole pipeline
     if name in _FACADE:
         return getattr(importlib.import_module(f".{_FACADE[name]}", __name__), name)

@@ -8,7 +8,14 @@ source in the grading process (never from the learner's kernel):
   names of its variables: a pasted helper);
 - an answer that reaches for helper code by the back door: ``importlib.reload``, a function's
   ``__code__``, ``types.FunctionType``, ``inspect.getsource``, ``exec`` / ``eval`` /
-  ``compile``, ``runpy``, loading a module from a file, or editing ``sys.modules``.
+  ``compile``, ``runpy``, loading a module from a file, or editing ``sys.modules``, also reached
+  indirectly (``getattr(builtins, ...)``, frames, ``__globals__``), or a magic / shell command
+  that runs code the check cannot read (:mod:`.backdoors`);
+- an answer that rebinds a helper's or a measuring tool's attribute (``bench.count_host_syncs =
+  f``, ``setattr``, ``mock.patch``), named in the note.
+
+Each cell is read as IPython runs it (after its input transformation, magics included); a cell
+that cannot be read is itself a note, never skipped.
 """
 
 from __future__ import annotations
@@ -17,23 +24,19 @@ import ast
 import types
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from helpers.checks import fingerprint
+from helpers._grading import fingerprint
 
 from .. import syntax
+from . import backdoors
+
+if TYPE_CHECKING:  # imported where used: the module stays cheap to import
+    import subprocess
 
 # A function shorter than this (in instructions) can be written the same way by anyone who
 # follows the exercise text, so being identical to a helper proves nothing.
 _MIN_INSTRUCTIONS = 60
-_BACK_DOORS = {
-    "reload": "importlib.reload", "__code__": "a function's __code__",
-    "FunctionType": "types.FunctionType",
-    "getsource": "inspect.getsource", "getsourcelines": "inspect.getsource", "exec": "exec",
-    "eval": "eval", "compile": "compile", "run_path": "runpy", "run_module": "runpy",
-    "spec_from_file_location": "a module loaded from a file",
-    "SourceFileLoader": "a module loaded from a file", "module_from_spec": "a module loaded from a file",
-    "modules": "sys.modules",
-}
 
 
 class _NoDocstrings(ast.NodeTransformer):
@@ -42,9 +45,13 @@ class _NoDocstrings(ast.NodeTransformer):
     def generic_visit(self, node: ast.AST) -> ast.AST:
         super().generic_visit(node)
         body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
+        if (
+            isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
         return node
 
@@ -78,11 +85,22 @@ def helper_fingerprints(package_dir: str) -> dict[tuple, str]:
     from ..course import cache_dir, tree_hash, write_atomically
 
     here = Path(__file__)
-    key = hashlib.sha256("|".join((
-        sys.version, tree_hash(Path(package_dir)),
-        *(hashlib.sha256(path.read_bytes()).hexdigest() for path in (
-            here, here.parent.parent / "syntax.py", Path(sys.modules[fingerprint.__module__].__file__))),
-    )).encode()).hexdigest()[:24]
+    key = hashlib.sha256(
+        "|".join(
+            (
+                sys.version,
+                tree_hash(Path(package_dir)),
+                *(
+                    hashlib.sha256(path.read_bytes()).hexdigest()
+                    for path in (
+                        here,
+                        here.parent.parent / "syntax.py",
+                        Path(fingerprint.__code__.co_filename),
+                    )
+                ),
+            )
+        ).encode()
+    ).hexdigest()[:24]
     cached = cache_dir() / "fingerprints" / f"{key}.marshal"
     try:
         return dict(marshal.loads(cached.read_bytes()))
@@ -110,50 +128,77 @@ def _fingerprint_table(package_dir: str) -> dict[tuple, str]:
             print_ = fingerprint(function)
             if len(print_[0]) >= _MIN_INSTRUCTIONS:
                 table.setdefault(print_, name)
-    return table
+    public = _facade_names(root)
+    return {print_: public.get(name, name) for print_, name in table.items()}
 
 
-def _back_doors(tree: ast.AST) -> list[str]:
-    used = []
-    called = _called_modules(tree)
-    for node in ast.walk(tree):
-        if id(node) in called:
+def _facade_names(root: Path) -> dict[str, str]:
+    """``helpers.pkg._part.f`` -> ``helpers.pkg.f`` for what a package's ``__init__`` re-exports
+    (``from ._part import f``): a review note names the function as learners know it."""
+    names: dict[str, str] = {}
+    for init in root.rglob("__init__.py"):
+        package = ".".join(("helpers", *init.parent.relative_to(root).parts))
+        try:
+            tree = syntax.parse(init.read_text())
+        except (SyntaxError, UnicodeDecodeError, ValueError):
             continue
-        name = (node.attr if isinstance(node, ast.Attribute)
-                else node.id if isinstance(node, ast.Name) else None)
-        if name == "modules" and not isinstance(node, ast.Attribute):
-            continue  # a variable called modules; ``any_alias_of_sys.modules`` is an attribute
-        if name in _BACK_DOORS and _BACK_DOORS[name] not in used:
-            used.append(_BACK_DOORS[name])
-    return used
+        for node in getattr(tree, "body", []):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                for alias in node.names:
+                    names[f"{package}.{node.module}.{alias.name}"] = f"{package}.{alias.asname or alias.name}"
+    return names
 
 
-def _called_modules(tree: ast.AST) -> set[int]:
-    """``model.modules()`` (torch's module iterator) is not ``sys.modules``: ids of those nodes."""
-    return {id(node.func) for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "modules"}
+@lru_cache(maxsize=4)
+def _helper_modules(package_dir: str) -> frozenset[str]:
+    """``helpers.x.y`` for every module and package of the helpers."""
+    root = Path(package_dir)
+    return frozenset(
+        ".".join(("helpers", *path.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+        for path in root.rglob("*.py")
+    )
 
 
 def flags(answers: dict[str, str], package_dir: str) -> list[str]:
-    """One review note per answer cell that copies, or reaches for, helper code."""
+    """One review note per answer cell (or cell the learner added) that copies, reaches for or
+    rebinds helper code, or that the check could not read. Every cell is read as the kernel runs
+    it: after IPython's input transformation, with the code that its magics run
+    (:mod:`.backdoors`); aliases made in one cell count in the others."""
     table = helper_fingerprints(package_dir)
+    cells = {gid: backdoors.read(source) for gid, source in answers.items()}
+    try:
+        findings = backdoors.analyse(cells, set(_helper_modules(package_dir)))
+    except RecursionError:  # absurdly nested code: say so rather than let it through
+        findings = {gid: backdoors.Findings(doors=["code nested too deep to read"]) for gid in cells}
     notes = []
-    for gid, source in answers.items():
-        try:
-            tree = syntax.parse(source)
-            code = _compile(source, f"<answer {gid}>")
-        except (SyntaxError, ValueError):
-            continue
-        copied = sorted({table[fingerprint(f)] for _, f in _functions(code, "answer")
-                         if fingerprint(f) in table})
+    for gid, cell in cells.items():
         who = gid if gid.startswith("added cell") else f"answer {gid}"
+        found = findings[gid]
+        if cell.problem:
+            notes.append(f"{who} could not be read by the copy check ({cell.problem}) — review")
+        sources = [text for text, _ in cell.pieces] + found.extra
+        copied = sorted({table[print_] for print_ in _fingerprints(sources, gid) if print_ in table})
         if copied:
             notes.append(f"{who} copies {', '.join(copied)} — review")
-        doors = _back_doors(tree)
-        if doors:
-            notes.append(f"{who} uses {', '.join(doors)}, which can copy helper code — review")
+        if found.doors:
+            notes.append(f"{who} uses {', '.join(found.doors)}, which can copy helper code — review")
+        if found.rebinds:
+            notes.append(f"{who} rebinds {', '.join(sorted(found.rebinds))} — review")
+        if found.unknown:
+            notes.append(f"{who} uses {', '.join(found.unknown)}, which can rebind helper code — review")
     return notes
+
+
+def _fingerprints(sources: list[str], gid: str) -> list[tuple]:
+    """Fingerprints of every function defined in these pieces of one cell."""
+    found = []
+    for n, source in enumerate(sources):
+        try:
+            code = _compile(source, f"<answer {gid} {n}>")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue  # an unreadable piece is reported as such by backdoors.read
+        found += [fingerprint(function) for _, function in _functions(code, "answer")]
+    return found
 
 
 # The detector reads untrusted source: it runs in a child process with a memory cap and a time
@@ -173,9 +218,9 @@ class Checker:
 
         self.package_dir = package_dir
         self.lock = threading.Lock()
-        self.proc = None
+        self.proc: subprocess.Popen[str] | None = None
 
-    def _start(self):
+    def _start(self) -> subprocess.Popen[str]:
         import resource
         import subprocess
         import sys
@@ -184,9 +229,15 @@ class Checker:
             limit = CHECK_MEMORY_MB * 2**20
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-        return subprocess.Popen([sys.executable, "-m", "trainperf.grading.copies", self.package_dir],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                preexec_fn=cap, text=True, encoding="utf-8")
+        return subprocess.Popen(
+            [sys.executable, "-m", "trainperf.grading.copies", self.package_dir],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=cap,
+            text=True,
+            encoding="utf-8",
+        )
 
     def check(self, answers: dict[str, str]) -> list[str]:
         import json
@@ -196,6 +247,7 @@ class Checker:
             if self.proc is None or self.proc.poll() is not None:
                 self.proc = self._start()
             proc = self.proc
+            assert proc.stdin is not None and proc.stdout is not None  # both are pipes (_start)
             try:
                 proc.stdin.write(json.dumps(answers) + "\n")
                 proc.stdin.flush()
@@ -211,8 +263,10 @@ class Checker:
             proc.kill()
             proc.wait()
             self.proc = None
-            return [f"the copy check did not finish within {CHECK_TIMEOUT_S:g} s and "
-                    f"{CHECK_MEMORY_MB} MiB — review"]
+            return [
+                f"the copy check did not finish within {CHECK_TIMEOUT_S:g} s and "
+                f"{CHECK_MEMORY_MB} MiB — review"
+            ]
 
     def close(self) -> None:
         if self.proc is not None:

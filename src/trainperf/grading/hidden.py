@@ -22,7 +22,7 @@ VISIBLE_CHECKS = ("close", "equal", "one_of", "at_most")
 def split_hidden(source: str) -> tuple[str, str]:
     """(visible part, hidden part including its markers); hidden is '' when there is none."""
     match = HIDDEN_MARKERS.search(source)
-    return (source[:match.start()], source[match.start():]) if match else (source, "")
+    return (source[: match.start()], source[match.start() :]) if match else (source, "")
 
 
 def _hidden_body(hidden: str) -> str:
@@ -34,15 +34,20 @@ def _is_hidden_check(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
         return False
     owner = node.func.value
-    named_hidden = (isinstance(owner, ast.Attribute) and owner.attr == "hidden") or \
-        (isinstance(owner, ast.Name) and owner.id == "hidden")
+    named_hidden = (isinstance(owner, ast.Attribute) and owner.attr == "hidden") or (
+        isinstance(owner, ast.Name) and owner.id == "hidden"
+    )
     return named_hidden and node.func.attr in HIDDEN_KINDS
 
 
 def _is_visible_check(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and isinstance(node.func.value, ast.Name) and node.func.value.id == "checks"
-            and node.func.attr in VISIBLE_CHECKS)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "checks"
+        and node.func.attr in VISIBLE_CHECKS
+    )
 
 
 class _Strip(ast.NodeTransformer):
@@ -78,14 +83,18 @@ def lint_hidden(hidden: str) -> list[str]:
     for call in recorded:
         expect = [k for k in call.keywords if k.arg == "expect"]
         if not expect or not isinstance(expect[0].value, ast.Lambda):
-            problems.append(f"line {call.lineno}: a hidden check needs expect=lambda: ... "
-                            "(the expected side lives only there)")
+            problems.append(
+                f"line {call.lineno}: a hidden check needs expect=lambda: ... "
+                "(the expected side lives only there)"
+            )
         elif expect[0].value.args.args or expect[0].value.args.vararg:
             problems.append(f"line {call.lineno}: expect= must be a lambda with no arguments")
     for call in calls:
-        if _is_visible_check(call):
-            problems.append(f"line {call.lineno}: visible check checks.{call.func.attr} in the "
-                            "hidden part would compare in the learner's kernel; use checks.hidden")
+        if _is_visible_check(call) and isinstance(call.func, ast.Attribute):  # checks.<name>
+            problems.append(
+                f"line {call.lineno}: visible check checks.{call.func.attr} in the "
+                "hidden part would compare in the learner's kernel; use checks.hidden"
+            )
         if not _is_hidden_check(call) and any(k.arg == "expect" for k in call.keywords):
             problems.append(f"line {call.lineno}: expect= outside a hidden check would be stripped")
     return problems

@@ -51,16 +51,33 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def write_details(csv_path: Path, rows: list[StudentRow], chapter_ids: list[str], version: dict,
-                  shard: Shard, summary: ClassSummary) -> Path:
+def write_details(
+    csv_path: Path,
+    rows: list[StudentRow],
+    chapter_ids: list[str],
+    version: dict,
+    shard: Shard,
+    summary: ClassSummary,
+) -> Path:
     """Write ``CSV.details.jsonl`` for the CSV just written at ``csv_path``."""
-    header = {"trainperf_details": FORMAT, "shard": str(shard), "chapters": chapter_ids,
-              "course": version, "class": asdict(summary), "students": len(rows),
-              "csv_sha256": _sha256(csv_path)}
+    header = {
+        "trainperf_details": FORMAT,
+        "shard": str(shard),
+        "chapters": chapter_ids,
+        "course": version,
+        "class": asdict(summary),
+        "students": len(rows),
+        "csv_sha256": _sha256(csv_path),
+    }
     lines = [header]
     for row in rows:
-        lines.append({"student": row.student, "notes": row.notes,
-                      "outcomes": [asdict(row.outcomes[ch]) for ch in chapter_ids]})
+        lines.append(
+            {
+                "student": row.student,
+                "notes": row.notes,
+                "outcomes": [asdict(row.outcomes[ch]) for ch in chapter_ids],
+            }
+        )
     lines.append({"end": len(rows)})
     path = details_path(csv_path)
     write_atomically(path, "".join(json.dumps(line, ensure_ascii=True) + "\n" for line in lines))
@@ -91,11 +108,15 @@ def _outcome(data: dict) -> Outcome:
 
 def _header(csv_path: Path, details: Path) -> dict:
     if not csv_path.is_file():
-        raise CourseError(f"{csv_path}: no such file (a missing part: copy it here, or grade its "
-                          "shard again with `trainperf grade --shard I/N`).")
+        raise CourseError(
+            f"{csv_path}: no such file (a missing part: copy it here, or grade its "
+            "shard again with `trainperf grade --shard I/N`)."
+        )
     if not details.is_file():
-        raise CourseError(f"{csv_path} is not a grades CSV written by `trainperf grade` or `merge`: "
-                          f"{details.name} is not next to it (copy both files of every part).")
+        raise CourseError(
+            f"{csv_path} is not a grades CSV written by `trainperf grade` or `merge`: "
+            f"{details.name} is not next to it (copy both files of every part)."
+        )
     with details.open(encoding="utf-8", errors="replace") as fh:
         first = fh.readline()
     try:
@@ -103,12 +124,16 @@ def _header(csv_path: Path, details: Path) -> dict:
     except json.JSONDecodeError:
         header = None
     if not isinstance(header, dict) or "trainperf_details" not in header:
-        raise CourseError(f"{csv_path} is not a grades CSV written by `trainperf grade` or `merge`: "
-                          f"{details.name} is not a trainperf details file.")
+        raise CourseError(
+            f"{csv_path} is not a grades CSV written by `trainperf grade` or `merge`: "
+            f"{details.name} is not a trainperf details file."
+        )
     if header["trainperf_details"] != FORMAT:
-        raise CourseError(f"{details} has details format {header['trainperf_details']}; this "
-                          f"trainperf ({__version__}) reads format {FORMAT}: merge with the "
-                          "trainperf that graded it.")
+        raise CourseError(
+            f"{details} has details format {header['trainperf_details']}; this "
+            f"trainperf ({__version__}) reads format {FORMAT}: merge with the "
+            "trainperf that graded it."
+        )
     return header
 
 
@@ -121,8 +146,10 @@ def read_part(csv_path: Path) -> Part:
         summary = ClassSummary(**header["class"])
         chapters, course, expected = list(header["chapters"]), dict(header["course"]), header["students"]
     except (CourseError, KeyError, TypeError, ValueError) as exc:
-        raise CourseError(f"{details} has a damaged first line ({type(exc).__name__}); copy it "
-                          "again or grade that shard again.") from None
+        raise CourseError(
+            f"{details} has a damaged first line ({type(exc).__name__}); copy it "
+            "again or grade that shard again."
+        ) from None
     again = f"copy it again or grade shard {shard} again"
     rows: list[StudentRow] = []
     ended = False
@@ -138,14 +165,18 @@ def read_part(csv_path: Path) -> Part:
                 raise ValueError("chapters")
             rows.append(StudentRow(data["student"], outcomes, list(data["notes"])))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
-            raise CourseError(f"{details} is damaged at line {number} (cut short while copying?): "
-                              f"{again}.") from None
+            raise CourseError(
+                f"{details} is damaged at line {number} (cut short while copying?): {again}."
+            ) from None
     if not ended:
-        raise CourseError(f"{details} is cut short ({len(rows)} of {expected} students and no end "
-                          f"line): {again}.")
+        raise CourseError(
+            f"{details} is cut short ({len(rows)} of {expected} students and no end line): {again}."
+        )
     if _sha256(csv_path) != header.get("csv_sha256"):
-        raise CourseError(f"{csv_path} is not the CSV its details file describes (cut short or "
-                          f"edited after grading): {again}.")
+        raise CourseError(
+            f"{csv_path} is not the CSV its details file describes (cut short or "
+            f"edited after grading): {again}."
+        )
     return Part(csv_path, shard, chapters, course, summary, rows)
 
 
@@ -156,8 +187,11 @@ def _version_difference(a: Part, b: Part) -> str:
         return f"trainperf {a.course.get('trainperf')} vs {b.course.get('trainperf')}"
     if a.course.get("limits") != b.course.get("limits"):
         return f"limits {a.course.get('limits')} vs {b.course.get('limits')}"
-    changed = [ch for ch in a.chapters
-               if a.course.get("chapters", {}).get(ch) != b.course.get("chapters", {}).get(ch)]
+    changed = [
+        ch
+        for ch in a.chapters
+        if a.course.get("chapters", {}).get(ch) != b.course.get("chapters", {}).get(ch)
+    ]
     return f"{', '.join(changed)}: solution, helpers or tool versions differ"
 
 
@@ -166,39 +200,53 @@ def check_parts(parts: list[Part]) -> None:
     first = parts[0]
     for part in parts[1:]:
         if (part.chapters, part.course) != (first.chapters, first.course):
-            raise CourseError(f"{part.name} was graded with another course version than {first.name} "
-                              f"({_version_difference(first, part)}): grade every shard with the same "
-                              "checkout and limits.")
+            raise CourseError(
+                f"{part.name} was graded with another course version than {first.name} "
+                f"({_version_difference(first, part)}): grade every shard with the same "
+                "checkout and limits."
+            )
     for part in parts[1:]:
         if part.shard.count != first.shard.count:
-            raise CourseError(f"{part.name} is shard {part.shard} but {first.name} is shard "
-                              f"{first.shard}: the parts come from different splits.")
+            raise CourseError(
+                f"{part.name} is shard {part.shard} but {first.name} is shard "
+                f"{first.shard}: the parts come from different splits."
+            )
         if part.summary.digest != first.summary.digest:
-            raise CourseError(f"{part.name} saw another class than {first.name} ({part.summary.students} "
-                              f"vs {first.summary.students} students, {part.summary.notebooks} vs "
-                              f"{first.summary.notebooks} notebooks): the submissions changed between "
-                              "shards; grade every shard from the same submissions.")
+            raise CourseError(
+                f"{part.name} saw another class than {first.name} ({part.summary.students} "
+                f"vs {first.summary.students} students, {part.summary.notebooks} vs "
+                f"{first.summary.notebooks} notebooks): the submissions changed between "
+                "shards; grade every shard from the same submissions."
+            )
     seen: dict[int, Part] = {}
     for part in parts:
         if part.shard.index in seen:
-            raise CourseError(f"{seen[part.shard.index].name} and {part.name} are both shard "
-                              f"{part.shard}: give each shard once.")
+            raise CourseError(
+                f"{seen[part.shard.index].name} and {part.name} are both shard "
+                f"{part.shard}: give each shard once."
+            )
         seen[part.shard.index] = part
     missing = [f"{i}/{first.shard.count}" for i in range(1, first.shard.count + 1) if i not in seen]
     if missing:
-        raise CourseError(f"missing shard(s) {', '.join(missing)}: the parts given are "
-                          f"{', '.join(p.name for p in parts)}; copy the missing part(s) here or grade "
-                          "them with `trainperf grade --shard I/N`.")
+        raise CourseError(
+            f"missing shard(s) {', '.join(missing)}: the parts given are "
+            f"{', '.join(p.name for p in parts)}; copy the missing part(s) here or grade "
+            "them with `trainperf grade --shard I/N`."
+        )
     owner: dict[str, Part] = {}
     for part in parts:
         for row in part.rows:
             if row.student in owner:
-                raise CourseError(f"{owner[row.student].name} and {part.name} both hold student "
-                                  f"{display_name(row.student)!r}: the parts overlap.")
+                raise CourseError(
+                    f"{owner[row.student].name} and {part.name} both hold student "
+                    f"{display_name(row.student)!r}: the parts overlap."
+                )
             owner[row.student] = part
     if len(owner) != first.summary.students:
-        raise CourseError(f"the parts hold {len(owner)} students but the class has "
-                          f"{first.summary.students}: grade the shards again.")
+        raise CourseError(
+            f"the parts hold {len(owner)} students but the class has "
+            f"{first.summary.students}: grade the shards again."
+        )
 
 
 def merge(part_paths: list[Path], out: Path, feedback: Path | None = None) -> list[StudentRow]:
@@ -208,8 +256,9 @@ def merge(part_paths: list[Path], out: Path, feedback: Path | None = None) -> li
     targets = {out.resolve(), details_path(out).resolve()}
     for path in part_paths:
         if path.resolve() in targets or details_path(path).resolve() in targets:
-            raise CourseError(f"--out {out} would overwrite the part {path}: write the merged CSV "
-                              "to another file.")
+            raise CourseError(
+                f"--out {out} would overwrite the part {path}: write the merged CSV to another file."
+            )
     parts = [read_part(path) for path in part_paths]
     check_parts(parts)
     first = parts[0]

@@ -39,22 +39,31 @@ class ChapterTemplate:
     source_hash: str  # solution + helpers + versions: the course version a grade refers to
 
 
+def exam_code_hash(package: Path) -> str:
+    """Hash of every Python file of the ``trainperf`` package: the code that builds, runs and
+    scores the exam (exam, measuring phase, pruning, syntax, i18n, stubs, replay, ...). A change
+    to any of it is a new reference run; a hand-picked list missed modules the exam imports."""
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        if "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
 @lru_cache(maxsize=1)
 def _versions() -> str:
     # read from the installed metadata: importing torch only to read its version costs seconds
     from importlib.metadata import version
 
-    # the code that shapes the executed exam: a change to it is a new reference run
-    here = Path(__file__).parent
-    shaping = hashlib.sha256(b"".join(path.read_bytes() for path in (
-        here / "exam.py", here.parent / "prune.py", here / "hidden.py", here / "stubs.py",
-        here / "replay.py"))).hexdigest()[:12]
-    return (f"{__version__}|{shaping}|{version('nbgrader')}|{version('torch')}|{version('numpy')}|"
-            f"{sys.version}")
+    shaping = exam_code_hash(Path(__file__).resolve().parent.parent)
+    return (
+        f"{__version__}|{shaping}|{version('nbgrader')}|{version('torch')}|{version('numpy')}|{sys.version}"
+    )
 
 
-def make_templates(root: Path, chapter_ids: list[str], scratch: Path, helpers_hash: str
-                   ) -> dict[str, ChapterTemplate]:
+def make_templates(
+    root: Path, chapter_ids: list[str], scratch: Path, helpers_hash: str
+) -> dict[str, ChapterTemplate]:
     """nbgrader generates every chapter once (cached by content); its gradebook gives the points."""
     import nbformat
 
@@ -64,13 +73,15 @@ def make_templates(root: Path, chapter_ids: list[str], scratch: Path, helpers_ha
         solution_bytes = chapter_notebook(root, chapter).read_bytes()
         key = hashlib.sha256(solution_bytes + config + _versions().encode()).hexdigest()[:24]
         cached = cache_dir() / "release" / f"{chapter}-{key}.json"
-        source_hash = hashlib.sha256(solution_bytes + helpers_hash.encode() + _versions().encode()
-                                     ).hexdigest()[:16]
+        source_hash = hashlib.sha256(
+            solution_bytes + helpers_hash.encode() + _versions().encode()
+        ).hexdigest()[:16]
         solution = nbformat.reads(solution_bytes.decode(), as_version=4)
         if cached.is_file():
             data = json.loads(cached.read_text())
-            out[chapter] = ChapterTemplate(chapter, solution, nbformat.from_dict(data["released"]),
-                                           data["max_score"], source_hash)
+            out[chapter] = ChapterTemplate(
+                chapter, solution, nbformat.from_dict(data["released"]), data["max_score"], source_hash
+            )
         else:
             todo.append((chapter, cached, solution, source_hash))
     if todo:
@@ -93,16 +104,20 @@ def _validate(template: ChapterTemplate, exam, execution) -> dict[str, list[dict
         shown, record = execution.records.get(cell.visible), execution.records.get(cell.index)
         where = f"{template.chapter}: the reference solution's {cell.grade_id}"
         if record is None or shown is None:
-            raise CourseError(f"{where} did not run ({execution.start_error or 'the run stopped early'}; "
-                              f"{(execution.log_tail.strip().splitlines() or [''])[-1][:200]}).")
+            raise CourseError(
+                f"{where} did not run ({execution.start_error or 'the run stopped early'}; "
+                f"{(execution.log_tail.strip().splitlines() or [''])[-1][:200]})."
+            )
         for part in (shown, record):
             if part["status"] != "ok":
-                raise CourseError(f"{where} fails its own tests: {part.get('ename')}: "
-                                  f"{part.get('evalue', '')[:300]}")
+                raise CourseError(
+                    f"{where} fails its own tests: {part.get('ename')}: {part.get('evalue', '')[:300]}"
+                )
         # what the visible checks said, for the feedback the grader writes (exam.feedback)
         reference[cell.grade_id + VISIBLE] = [
             {"what": e.get("what", ""), "shown": e.get("shown", {}), "hint": e.get("hint", "")}
-            for e in visible_events(shown)]
+            for e in visible_events(shown)
+        ]
         checks = check_records(record)
         broken = [r for r in checks if "error" in r or "expected" not in r]
         if not checks or broken or record.get("records_overflow"):
@@ -112,12 +127,13 @@ def _validate(template: ChapterTemplate, exam, execution) -> dict[str, list[dict
     return reference
 
 
-def reference_records(template: ChapterTemplate, run_exam, fresh: bool = False
-                      ) -> dict[str, list[dict[str, Any]]]:
+def reference_records(
+    template: ChapterTemplate, run_exam, fresh: bool = False
+) -> dict[str, list[dict[str, Any]]]:
     """grade_id -> the reference run's hidden-check records (cached by ``source_hash``).
 
     ``run_exam(notebook)`` executes a notebook in a fresh kernel with recording on and returns
-    an :class:`trainperf.grading.isolate.Execution`.
+    an :class:`trainperf.grading.sandbox.Execution`.
     """
     cached = cache_dir() / "reference" / f"{template.chapter}-{template.source_hash}.json"
     if cached.is_file() and not fresh:

@@ -1,14 +1,16 @@
 """Recorded helper results, served by the grading client, never stored in the graded kernel.
 
-The reference run records every trusted call of an exercised helper (``helpers.checks._Replay``)
+The reference run records every trusted call of an exercised helper (``helpers._grading._Replay``)
 to a calls file, and the client notes the file's size after each cell, so every call belongs to
 the cell that made it: its **origin** (``teach:<cell id>``, ``visible:<grade_id>``,
 ``hidden:<grade_id>``, ``answer:<grade_id>``, ``extra``; see ``trainperf.grading.exam``).
 :func:`build_table` turns that into ``{origin: [(name, key, result), ...]}`` in call order.
 
-In a graded run the stubbed helper asks the client (an ``input()`` request with
-``helpers.checks.REPLAY_PROMPT``). :class:`Server` answers only with a result recorded **in
-the same cell** for the same helper and arguments, and only
+In a graded run the stubbed helper asks the client (an ``input()`` request in the format of
+:mod:`helpers._wire`: a prompt, a fresh request id, the helper's name and the arguments' key;
+the reply echoes the id, and the kernel takes only a reply that carries its request's id).
+:class:`Server` answers only with a result recorded **in the same cell** for the same helper
+and arguments, and only
 
 * in a teaching cell or a visible check: any of them (the chapter's own fixed inputs, whose
   results the learner sees in the notebook);
@@ -19,20 +21,22 @@ the same cell** for the same helper and arguments, and only
   public helper calls inside).
 
 So an answer never gets its own exercise's helper for a hidden case, and nothing reaches a cell
-that did not record it. Standard library only: the client imports it.
+that did not record it. Standard library and :mod:`helpers._wire` (itself standard library
+only) alone: the client imports it.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import pickle
 import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-PROMPT = "\x00trainperf-replay "  # helpers.checks.REPLAY_PROMPT (not imported: kept light)
+from helpers._wire import PROMPT as PROMPT  # the replay prompt, written once for both sides
+from helpers._wire import parse_request, reply
+
 SERVED_EVERYWHERE = ("teach:", "visible:")
 _EXERCISE = re.compile(r"^(?:hidden|answer|visible):ex(\d+)")
 
@@ -41,7 +45,7 @@ Table = dict[str, list[tuple[str, str, bytes]]]
 
 def read_calls(path: Path) -> list[tuple[int, str, str, bytes]]:
     """``(end offset, name, key, pickled result)`` of every call the reference run recorded."""
-    out = []
+    out: list[tuple[int, str, str, bytes]] = []
     if not path.is_file():
         return out
     with open(path, "rb") as fh:  # written by the trusted reference kernel
@@ -53,8 +57,7 @@ def read_calls(path: Path) -> list[tuple[int, str, str, bytes]]:
             out.append((fh.tell(), name, key, blob))
 
 
-def build_table(calls: Iterable[tuple[int, str, str, bytes]],
-                cells: Iterable[tuple[str, int]]) -> Table:
+def build_table(calls: Iterable[tuple[int, str, str, bytes]], cells: Iterable[tuple[str, int]]) -> Table:
     """Give each call to the cell that made it, in call order. ``cells``: ``(origin, calls file
     size after the cell ran)`` in the order the cells ran."""
     table: Table = {}
@@ -98,14 +101,15 @@ class Server:
         with open(path, "rb") as fh:  # the grader's own file, outside the sandbox
             return cls(pickle.load(fh), exercises)
 
-    def answer(self, origin: str, prompt: str) -> str:
-        """The base64 of the pickled result for one request, or '' (nothing to replay)."""
-        try:
-            request = json.loads(prompt[len(PROMPT):])
-            name, key = str(request["name"]), str(request["key"])
-        except (ValueError, KeyError, TypeError):
+    def answer(self, origin: str, prompt: object) -> str:
+        """The reply to one request: ``"<id> <base64 of the pickled result>"``, ``"<id> "``
+        when there is nothing to replay, '' when ``prompt`` is not a well-formed request (it
+        comes from the learner's kernel; see :mod:`helpers._wire`)."""
+        request = parse_request(prompt)
+        if request is None:
             self.refused += 1
             return ""
+        request_id, name, key = request
         blob = self._prefix(origin, name, key)
         if blob is None and self._may_serve(origin, name):
             results = self.by_key.get(origin, {}).get((name, key))
@@ -114,8 +118,8 @@ class Server:
             blob = (results.pop(0) if len(results) > 1 else results[0]) if results else None
         if blob is None:
             self.refused += 1
-            return ""
-        return base64.b64encode(blob).decode("ascii")
+            return reply(request_id, "")
+        return reply(request_id, base64.b64encode(blob).decode("ascii"))
 
     def _prefix(self, origin: str, name: str, key: str) -> bytes | None:
         """A hidden test's own calls before any answer runs, strictly in the recorded order."""
@@ -136,8 +140,9 @@ class Server:
         return current is not None and blocked_by is not None and current not in blocked_by
 
 
-def exercises_of(blocked: Iterable[tuple[int, str, list[str]]],
-                 labels: dict[str, str]) -> dict[str, list[int]]:
+def exercises_of(
+    blocked: Iterable[tuple[int, str, list[str]]], labels: dict[str, str]
+) -> dict[str, list[int]]:
     """Helper name (as the stub asks, ``helpers.module.function``) -> every exercise that blocks
     it. ``blocked``: ``trainperf.grading.stubs.blocked_calls``; ``labels``: the stubs' names ->
     "exercise N" (``Stubs.exercises()``), whose module part the blocked calls lack."""

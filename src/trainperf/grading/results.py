@@ -55,8 +55,9 @@ def shown_ids(rows: list[StudentRow]) -> dict[str, str]:
     counts: dict[str, int] = {}
     for text in shown.values():
         counts[text] = counts.get(text, 0) + 1
-    return {raw: text if counts[text] == 1 else f"{text} [{file_stem(raw, 0)}]"
-            for raw, text in shown.items()}
+    return {
+        raw: text if counts[text] == 1 else f"{text} [{file_stem(raw, 0)}]" for raw, text in shown.items()
+    }
 
 
 def write_csv(rows: list[StudentRow], chapter_ids: list[str], out: Path) -> None:
@@ -68,31 +69,41 @@ def write_csv(rows: list[StudentRow], chapter_ids: list[str], out: Path) -> None
         writer.writerow(["student_id", "score", "max_score", *chapter_ids, "reason"])
         for row in sorted(rows, key=lambda r: r.student.encode("utf-8", "surrogateescape")):
             per = [f"{row.outcomes[ch].score:g}" for ch in chapter_ids]
-            writer.writerow([spreadsheet_safe(names[row.student]), f"{row.score:g}", f"{row.max_score:g}",
-                             *per, spreadsheet_safe(row.reason)])
+            writer.writerow(
+                [
+                    spreadsheet_safe(names[row.student]),
+                    f"{row.score:g}",
+                    f"{row.max_score:g}",
+                    *per,
+                    spreadsheet_safe(row.reason),
+                ]
+            )
 
 
 def write_feedback(row: StudentRow, folder: Path) -> Path:
     """One HTML page per student: each graded cell's points and its visible messages."""
     folder.mkdir(parents=True, exist_ok=True)
     name = html.escape(display_name(row.student))
-    parts = [f"<!doctype html><meta charset='utf-8'><title>Feedback: {name}"
-             "</title><style>body{font-family:sans-serif;max-width:60em}td,th{border:1px solid #ccc;"
-             "padding:4px;vertical-align:top}pre{white-space:pre-wrap;margin:0}</style>",
-             f"<h1>Feedback for {name}</h1>",
-             f"<p>Total: {row.score:g} / {row.max_score:g}</p>"]
+    parts = [
+        f"<!doctype html><meta charset='utf-8'><title>Feedback: {name}"
+        "</title><style>body{font-family:sans-serif;max-width:60em}td,th{border:1px solid #ccc;"
+        "padding:4px;vertical-align:top}pre{white-space:pre-wrap;margin:0}</style>",
+        f"<h1>Feedback for {name}</h1>",
+        f"<p>Total: {row.score:g} / {row.max_score:g}</p>",
+    ]
     if row.notes:
         parts.append("<p>" + html.escape("; ".join(row.notes)) + "</p>")
     for outcome in row.outcomes.values():
-        parts.append(f"<h2>{html.escape(outcome.chapter)}: {outcome.score:g} / "
-                     f"{outcome.max_score:g}</h2>")
+        parts.append(f"<h2>{html.escape(outcome.chapter)}: {outcome.score:g} / {outcome.max_score:g}</h2>")
         if outcome.reason:
             parts.append(f"<p><b>Notes:</b> {html.escape(outcome.reason)}</p>")
         parts.append("<table><tr><th>exercise</th><th>points</th><th>what the checks said</th></tr>")
         for cell in outcome.feedback:
-            parts.append(f"<tr><td>{html.escape(cell['grade_id'])}</td>"
-                         f"<td>{cell['points']:g} / {cell['max_points']:g}</td>"
-                         f"<td><pre>{html.escape(cell['visible'])}</pre></td></tr>")
+            parts.append(
+                f"<tr><td>{html.escape(cell['grade_id'])}</td>"
+                f"<td>{cell['points']:g} / {cell['max_points']:g}</td>"
+                f"<td><pre>{html.escape(cell['visible'])}</pre></td></tr>"
+            )
         parts.append("</table>")
     page = folder / f"{file_stem(row.student)}.html"
     page.write_text("\n".join(parts), encoding="utf-8", errors="replace")

@@ -87,5 +87,7 @@ def assign(found: Found, count: int) -> dict[str, int]:
 def select(found: Found, shard: Shard) -> Found:
     """The students of one shard, with their notebooks and notes."""
     mine = {s for s, index in assign(found, shard.count).items() if index == shard.index}
-    return Found({s: v for s, v in found.notebooks.items() if s in mine},
-                 {s: v for s, v in found.notes.items() if s in mine})
+    return Found(
+        {s: v for s, v in found.notebooks.items() if s in mine},
+        {s: v for s, v in found.notes.items() if s in mine},
+    )

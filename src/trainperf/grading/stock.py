@@ -15,8 +15,9 @@ from pathlib import Path
 from ..course import CourseError, chapter_notebook, generate_with_gradebook, make_scratch_course, nbgrader
 
 
-def autograde(root: Path, chapter: str, submissions: dict[str, object], scratch: Path,
-              timeout: float = 1800) -> dict[str, dict[str, float]]:
+def autograde(
+    root: Path, chapter: str, submissions: dict[str, object], scratch: Path, timeout: float = 1800
+) -> dict[str, dict[str, float]]:
     """Autograde ``{student: notebook}`` for one chapter with real nbgrader; the points of each
     graded cell per student, read from nbgrader's own gradebook."""
     import nbformat
@@ -29,8 +30,11 @@ def autograde(root: Path, chapter: str, submissions: dict[str, object], scratch:
         folder = course / "submitted" / student / chapter
         folder.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, folder / name)
-    env = {"PYDEVD_DISABLE_FILE_VALIDATION": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-           "MPLBACKEND": "Agg"}
+    env = {
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "MPLBACKEND": "Agg",
+    }
     result = nbgrader(["autograde", chapter, "--create", "--force"], course, timeout=timeout, env=env)
     if result.returncode != 0:
         tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-5:])
@@ -39,8 +43,9 @@ def autograde(root: Path, chapter: str, submissions: dict[str, object], scratch:
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         for student in submissions:
             submission = gb.find_submission_notebook(name.removesuffix(".ipynb"), chapter, student)
-            scores[student] = {grade.name: float(grade.score) for grade in submission.grades
-                               if grade.max_score}
+            scores[student] = {
+                grade.name: float(grade.score) for grade in submission.grades if grade.max_score
+            }
     return scores
 
 

@@ -8,10 +8,11 @@ those functions use — has lost its body: calling it reports the call to the in
 raises "helpers.X.f is exercise N: write it yourself". The source of the real function is not
 in the copy, so no route finds it.
 
-The reference run keeps the real helpers (its ``expect=`` side calls them). The notebook cells
-the exam runs must then not need a stubbed function; :func:`exam_needs` lists the ones that
-would, and the course's tests keep that list empty (the exam runs only the cells its tests
-need, see :mod:`trainperf.prune`).
+The reference run keeps the real helpers (its ``expect=`` side calls them) and records every
+call that a trusted cell — a teaching cell, a visible check, a hidden test building its cases —
+makes to a stubbed function. In the graded kernel such a call is served that recorded result by
+the notebook client, and only in the cell that recorded it (:mod:`trainperf.grading.replay`);
+any other call of a stub fails and is reported.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import copy
 import importlib
 import re
 import shutil
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, reduce
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +46,11 @@ class Stubs:
     def exercises(self) -> dict[str, str]:
         """``helpers.module.function`` -> ``"exercise N"`` for every function that gets a stub
         (declared; the private pieces are found when the copy is made)."""
-        return {label.split(" is ")[0]: label.split(" is ")[1] for labels in self.by_file.values()
-                for label in labels.values()}
+        return {
+            label.split(" is ")[0]: label.split(" is ")[1]
+            for labels in self.by_file.values()
+            for label in labels.values()
+        }
 
 
 def _source(cell: dict[str, Any]) -> str:
@@ -65,10 +70,15 @@ def blocked_calls(solution: dict[str, Any]) -> list[tuple[int, str, list[str]]]:
         number = int(match.group(1)) if match else 0
         _, hidden = split_hidden(_source(cell))
         for node in ast.walk(ast.parse(hidden)):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name)
-                    and ast.unparse(node.func).split(".")[-1] == "blocked" and node.args):
-                names = [a.value for a in node.args[1:] if isinstance(a, ast.Constant)
-                         and isinstance(a.value, str)]
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute | ast.Name)
+                and ast.unparse(node.func).split(".")[-1] == "blocked"
+                and node.args
+            ):
+                names = [
+                    a.value for a in node.args[1:] if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                ]
                 found.append((number, ast.unparse(node.args[0]), names))
     return found
 
@@ -98,23 +108,35 @@ def resolve(solution: dict[str, Any], imports: str, package_dir: Path) -> Stubs:
     for number, expression, names in blocked_calls(solution):
         if _is_library(expression.split(".")[0], namespace):
             continue  # a library's means of measuring (torch.compile): switched off in-process only
+        root, *attrs = expression.split(".")
+        if not all(part.isidentifier() for part in (root, *attrs)):
+            raise CourseError(
+                f"exercise {number} blocks {expression}: name a module or class by its "
+                "dotted name (helpers.X or X.Y)"
+            )
         try:
-            owner = eval(compile(expression, "<blocked module>", "eval"), namespace)  # noqa: S307
-        except Exception as exc:  # noqa: BLE001 — an authoring error, said in one line
-            raise CourseError(f"exercise {number} blocks {expression}, which the teaching cells do not "
-                              f"import ({type(exc).__name__}); import it from helpers") from None
+            owner = reduce(getattr, attrs, namespace[root])
+        except (KeyError, AttributeError) as exc:  # an authoring error, said in one line
+            raise CourseError(
+                f"exercise {number} blocks {expression}, which the teaching cells do not "
+                f"import ({type(exc).__name__}); import it from helpers"
+            ) from None
         label = getattr(owner, "__name__", expression)
         for name in names:
             fn = getattr(owner, name, None)
-            if getattr(fn, "__code__", None) is None:
-                raise CourseError(f"exercise {number} blocks {label}.{name}, which is not a plain "
-                                  "function of helpers; block the function itself")
+            if fn is None or getattr(fn, "__code__", None) is None:
+                raise CourseError(
+                    f"exercise {number} blocks {label}.{name}, which is not a plain "
+                    "function of helpers; block the function itself"
+                )
             if fn.__module__.split(".")[0] != "helpers":
                 continue  # a library function the helpers import: switched off in-process only
             module = importlib.import_module(fn.__module__)
+            assert module.__file__ is not None  # a module of helpers: a file in package_dir
             path = Path(module.__file__).resolve().relative_to(package_dir)
             stubs.by_file.setdefault(str(path), {}).setdefault(
-                fn.__qualname__, f"{label}.{name} is exercise {number}")
+                fn.__qualname__, f"{label}.{name} is exercise {number}"
+            )
     return stubs
 
 
@@ -140,16 +162,25 @@ def _names_in(node: ast.AST) -> set[str]:
 def _only_theirs(tree: ast.Module, stubbed: set[str], imported_elsewhere: set[str]) -> set[str]:
     """Private module-level functions that no code of the module but the stubbed functions uses
     (transitively), and that no other module imports: the pieces that implement the exercise."""
-    private = {n.name: n for n in tree.body
-               if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("_")}
+    private = {
+        n.name: n
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("_")
+    }
     roots: list[ast.AST] = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             if node.name not in private and node.name not in stubbed:
                 roots.append(node)
         elif isinstance(node, ast.ClassDef):
-            roots += [m for m in node.body if not (isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)
-                                                   and f"{node.name}.{m.name}" in stubbed)]
+            roots += [
+                m
+                for m in node.body
+                if not (
+                    isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and f"{node.name}.{m.name}" in stubbed
+                )
+            ]
         else:
             roots.append(node)
     todo = [name for root in roots for name in _names_in(root) if name in private]
@@ -165,7 +196,8 @@ def _only_theirs(tree: ast.Module, stubbed: set[str], imported_elsewhere: set[st
     return set(private) - live - stubbed
 
 
-_CHECKS = "__import__('helpers.checks', fromlist=['_'])"
+# the kernel-side grading machinery (also re-exported by helpers.checks)
+_GRADING = "__import__('helpers._grading', fromlist=['_'])"
 
 
 def _stub_source(node: ast.FunctionDef | ast.AsyncFunctionDef, label: str) -> list[str]:
@@ -179,12 +211,13 @@ def _stub_source(node: ast.FunctionDef | ast.AsyncFunctionDef, label: str) -> li
     for arg in [*params.posonlyargs, *params.args, *params.kwonlyargs, params.vararg, params.kwarg]:
         if arg is not None:
             arg.annotation = None
-    call = f"{_CHECKS}.removed_for_grading({name!r}, {int(exercise or 0)}, (), dict(locals()))"
+    call = f"{_GRADING}.removed_for_grading({name!r}, {int(exercise or 0)}, (), dict(locals()))"
     return [f"{pad}def {node.name}({ast.unparse(params)}):", f"{pad}    return {call}"]
 
 
-def stub_module(text: str, qualnames: dict[str, str], imported_elsewhere: set[str],
-                module: str = "helpers") -> str:
+def stub_module(
+    text: str, qualnames: dict[str, str], imported_elsewhere: AbstractSet[str], module: str = "helpers"
+) -> str:
     """``text`` (a module's source) with the named functions and the private functions only
     they use replaced by stubs. Everything else keeps its lines."""
     tree = ast.parse(text)
@@ -199,17 +232,17 @@ def stub_module(text: str, qualnames: dict[str, str], imported_elsewhere: set[st
     lines = text.splitlines()
     for qualname in sorted(targets, key=lambda q: -defs[q].lineno):  # bottom up: lines stay put
         node = defs[qualname]
-        lines[node.lineno - 1:node.end_lineno] = _stub_source(node, targets[qualname])
+        lines[node.lineno - 1 : node.end_lineno] = _stub_source(node, targets[qualname])
     return "\n".join(lines) + "\n"
 
 
 def recording_module(text: str, qualnames: dict[str, str]) -> str:
     """``text`` with each named function wrapped so that the reference run records what its
-    trusted cells got from it (see ``helpers.checks.removed_for_grading``)."""
+    trusted cells got from it (see ``helpers._grading.removed_for_grading``)."""
     lines = [text.rstrip("\n"), "", "# trainperf grade, reference run: record trusted calls"]
     for qualname, label in sorted(qualnames.items()):
         name = label.partition(" is exercise ")[0]
-        lines.append(f"{qualname} = {_CHECKS}.recorded_for_grading({name!r}, {qualname})")
+        lines.append(f"{qualname} = {_GRADING}.recorded_for_grading({name!r}, {qualname})")
     return "\n".join(lines) + "\n"
 
 
@@ -241,8 +274,9 @@ def _imported_names(package_dir: Path) -> dict[str, frozenset[str]]:
                 for candidate in (target.with_suffix(".py"), target / "__init__.py"):
                     rel = str(candidate.relative_to(package_dir)) if candidate.is_file() else None
                     if rel:
-                        out.setdefault(rel, set()).update(a.name for a in node.names
-                                                          if a.name.startswith("_"))
+                        out.setdefault(rel, set()).update(
+                            a.name for a in node.names if a.name.startswith("_")
+                        )
     return {rel: frozenset(names) for rel, names in out.items()}
 
 
@@ -260,9 +294,12 @@ def install_stubbed_copy(site: Path, folder: Path, stubs: Stubs, recording: bool
         text = (source / rel).read_text(encoding="utf-8")
         path.unlink()  # a hard link: writing through it would change the other copies
         module = "helpers." + rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-        path.write_text(recording_module(text, qualnames) if recording else
-                        stub_module(text, qualnames, imported.get(rel, set()), module),
-                        encoding="utf-8")
+        path.write_text(
+            recording_module(text, qualnames)
+            if recording
+            else stub_module(text, qualnames, imported.get(rel, set()), module),
+            encoding="utf-8",
+        )
     for path in [folder, *folder.rglob("*")]:
         path.chmod(0o555 if path.is_dir() else 0o444)
     return folder

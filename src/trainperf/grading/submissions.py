@@ -131,12 +131,11 @@ def read_submission(path: Path) -> tuple[dict | None, str, bytes]:
     try:
         json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = (f"; line {exc.lineno}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError)
-                 else "")
+        where = f"; line {exc.lineno}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         return None, f"the submitted notebook is not valid JSON ({getattr(exc, 'msg', exc)}{where})", data
     try:
         nb = nbformat.reads(data.decode("utf-8"), as_version=4)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 — nbformat's reader raises many types; each is the answer
         return None, f"the submitted file is not a Jupyter notebook ({type(exc).__name__})", data
     if not isinstance(nb.get("cells"), list):
         return None, "the submitted notebook has no list of cells", data

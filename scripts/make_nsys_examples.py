@@ -1,4 +1,4 @@
-"""Generator of the EXAMPLE Nsight Systems outputs shipped in ``helpers/data`` (chapter 3).
+"""Generator of the EXAMPLE Nsight Systems outputs shipped in ``src/helpers/data`` (chapter 3).
 
 Nsight Systems cannot run here, so the course ships example files in its formats, clearly
 labelled as synthetic. For each scenario this module simulates five captured training steps
@@ -18,11 +18,14 @@ shapes of the stated workload, and its mean time is the chapter 1 roofline bound
 GPU (an A100 80GB SXM) divided by an efficiency below 1, with a floor for tiny kernels; a seeded
 log-normal jitter varies each launch. Copies move their bytes at an assumed pinned-memory rate
 below the PCIe 4.0 x16 link's 32 GB/s per direction. ``tests/test_nsys.py`` checks every event
-against those bounds. Regenerate with ``python -c "import helpers.nsys as n; n.make_nsys_examples()"``.
+against those bounds. The note every file carries and the scenarios' descriptions live in the
+package (``helpers.nsys.EXAMPLE_NOTE``, ``helpers.nsys.describe_example``), which reads the files.
+Usage: ``python scripts/make_nsys_examples.py [--out DIR]`` (default: ``src/helpers/data``).
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import sqlite3
@@ -31,11 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import hardware, roofline
+from helpers import hardware, nsys, roofline
 
-NOTE = ("SYNTHETIC EXAMPLE written by helpers.nsys.make_nsys_examples in the layout of Nsight "
-        "Systems output; it is not a real capture. Durations are invented; see "
-        "helpers/data/nsys_example_README.md")
+DATA = Path(__file__).resolve().parents[1] / "src" / "helpers" / "data"
+NOTE = nsys.EXAMPLE_NOTE
 PID = 4242
 GLOBAL_TID = (PID << 24) | PID  # nsys packs process and thread ids into one integer
 STREAM, DEVICE, CONTEXT = 7, 0, 1
@@ -46,65 +48,107 @@ HOST_LINK_BYTES_S = 32e9  # PCIe 4.0 x16, per direction (A100 datasheet: 64 GB/s
 MEMORY_PAGEABLE, MEMORY_PINNED, MEMORY_DEVICE = 1, 2, 3
 
 # (demangled name, short name) of the kernels the scenarios use
-LN = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>"
-      "(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, "
-      "c10::BFloat16*)", "vectorized_layer_norm_kernel")
-LN_BWD = ("void at::native::(anonymous namespace)::layer_norm_grad_input_kernel<c10::BFloat16, float>"
-          "(c10::BFloat16 const*, c10::BFloat16 const*, float const*, float const*, "
-          "c10::BFloat16 const*, c10::BFloat16*, int)", "layer_norm_grad_input_kernel")
+LN = (
+    "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>"
+    "(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, "
+    "c10::BFloat16*)",
+    "vectorized_layer_norm_kernel",
+)
+LN_BWD = (
+    "void at::native::(anonymous namespace)::layer_norm_grad_input_kernel<c10::BFloat16, float>"
+    "(c10::BFloat16 const*, c10::BFloat16 const*, float const*, float const*, "
+    "c10::BFloat16 const*, c10::BFloat16*, int)",
+    "layer_norm_grad_input_kernel",
+)
 GEMM_TN = ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn",) * 2  # cuBLAS: same short name
 GEMM_SMALL = ("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_stages_64x5_tn",) * 2
 GEMM_NN = ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_nn",) * 2
 GEMM_NT = ("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_nt",) * 2
 GEMM_HEAD = ("ampere_bf16_s16816gemm_bf16_256x128_ldg8_f2f_stages_64x3_tn",) * 2
-FLASH_FWD = ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 64, 4, "
-             "false, false, cutlass::bfloat16_t>, false, true, false, false, true, true, false, false>"
-             "(pytorch_flash::Flash_fwd_params)", "flash_fwd_kernel")
-FLASH_BWD = ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<pytorch_flash::"
-             "Flash_bwd_kernel_traits<64, 128, 128, 8, 4, 4, 4, false, false, cutlass::bfloat16_t>, "
-             "true, false, false, false, false, false>(pytorch_flash::Flash_bwd_params)",
-             "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel")
-GELU = ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl, "
-        "at::detail::Array<char*, 2> >(int, at::native::GeluCUDAKernelImpl, at::detail::Array<char*, 2>)",
-        "vectorized_elementwise_kernel")
-GELU_BWD = ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluBackwardCUDAKernelImpl, "
-            "at::detail::Array<char*, 3> >(int, at::native::GeluBackwardCUDAKernelImpl, "
-            "at::detail::Array<char*, 3>)", "vectorized_elementwise_kernel")
-ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
-       "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, "
-       "at::detail::Array<char*, 3>)", "vectorized_elementwise_kernel")
-SOFTMAX = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, float, "
-           "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, c10::BFloat16 const*, int)",
-           "cunn_SoftMaxForward")
-SOFTMAX_BWD = ("void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, c10::BFloat16, float, "
-               "float, at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(c10::BFloat16*, "
-               "float const*, float const*, int)", "cunn_SoftMaxBackward")
-ADAM = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
-        "namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::"
-        "FusedAdamMathFunctor<float, 4>, "
-        "float*, double, double, double, double, double, bool, bool*, float*>(...)",
-        "multi_tensor_apply_kernel")
-NORM = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::NormTwoOps<float, "
-        "float, float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::NormTwoOps<float, "
-        "float, float>, unsigned int, float, 4>)", "reduce_kernel")
+FLASH_FWD = (
+    "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 64, 4, "
+    "false, false, cutlass::bfloat16_t>, false, true, false, false, true, true, false, false>"
+    "(pytorch_flash::Flash_fwd_params)",
+    "flash_fwd_kernel",
+)
+FLASH_BWD = (
+    "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<pytorch_flash::"
+    "Flash_bwd_kernel_traits<64, 128, 128, 8, 4, 4, 4, false, false, cutlass::bfloat16_t>, "
+    "true, false, false, false, false, false>(pytorch_flash::Flash_bwd_params)",
+    "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
+)
+GELU = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl, "
+    "at::detail::Array<char*, 2> >(int, at::native::GeluCUDAKernelImpl, at::detail::Array<char*, 2>)",
+    "vectorized_elementwise_kernel",
+)
+GELU_BWD = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::GeluBackwardCUDAKernelImpl, "
+    "at::detail::Array<char*, 3> >(int, at::native::GeluBackwardCUDAKernelImpl, "
+    "at::detail::Array<char*, 3>)",
+    "vectorized_elementwise_kernel",
+)
+ADD = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+    "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, "
+    "at::detail::Array<char*, 3>)",
+    "vectorized_elementwise_kernel",
+)
+SOFTMAX = (
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, float, "
+    "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, c10::BFloat16 const*, int)",
+    "cunn_SoftMaxForward",
+)
+SOFTMAX_BWD = (
+    "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, c10::BFloat16, float, "
+    "float, at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(c10::BFloat16*, "
+    "float const*, float const*, int)",
+    "cunn_SoftMaxBackward",
+)
+ADAM = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+    "namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::"
+    "FusedAdamMathFunctor<float, 4>, "
+    "float*, double, double, double, double, double, bool, bool*, float*>(...)",
+    "multi_tensor_apply_kernel",
+)
+NORM = (
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::NormTwoOps<float, "
+    "float, float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::NormTwoOps<float, "
+    "float, float>, unsigned int, float, 4>)",
+    "reduce_kernel",
+)
 SGEMM = ("ampere_sgemm_32x32_sliced1x4_tn", "ampere_sgemm_32x32_sliced1x4_tn")
 SGEMM_NN = ("ampere_sgemm_32x32_sliced1x4_nn", "ampere_sgemm_32x32_sliced1x4_nn")
-BIAS = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
-        "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
-        "vectorized_elementwise_kernel")
-RELU = ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::"
-        "launch_clamp_scalar, at::detail::Array<char*, 2> >(int, at::native::(anonymous namespace)::"
-        "launch_clamp_scalar, at::detail::Array<char*, 2>)", "vectorized_elementwise_kernel")
-THRESH_BWD = ("void at::native::vectorized_elementwise_kernel<4, at::native::threshold_kernel_impl<float>, "
-              "at::detail::Array<char*, 3> >(int, at::native::threshold_kernel_impl<float>, "
-              "at::detail::Array<char*, 3>)", "vectorized_elementwise_kernel")
-SUM_BIAS = ("void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::func_wrapper_t"
-            "<float, at::native::sum_functor<float, float, float>::operator()>, unsigned int, float, 4> "
-            ">(...)",
-            "reduce_kernel")
-ADAM_STEP = ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::"
-             "addcmul_cuda_kernel, at::detail::Array<char*, 4> >(int, at::native::(anonymous namespace)::"
-             "addcmul_cuda_kernel, at::detail::Array<char*, 4>)", "vectorized_elementwise_kernel")
+BIAS = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+    "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
+    "vectorized_elementwise_kernel",
+)
+RELU = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::"
+    "launch_clamp_scalar, at::detail::Array<char*, 2> >(int, at::native::(anonymous namespace)::"
+    "launch_clamp_scalar, at::detail::Array<char*, 2>)",
+    "vectorized_elementwise_kernel",
+)
+THRESH_BWD = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::threshold_kernel_impl<float>, "
+    "at::detail::Array<char*, 3> >(int, at::native::threshold_kernel_impl<float>, "
+    "at::detail::Array<char*, 3>)",
+    "vectorized_elementwise_kernel",
+)
+SUM_BIAS = (
+    "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::func_wrapper_t"
+    "<float, at::native::sum_functor<float, float, float>::operator()>, unsigned int, float, 4> "
+    ">(...)",
+    "reduce_kernel",
+)
+ADAM_STEP = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::"
+    "addcmul_cuda_kernel, at::detail::Array<char*, 4> >(int, at::native::(anonymous namespace)::"
+    "addcmul_cuda_kernel, at::detail::Array<char*, 4>)",
+    "vectorized_elementwise_kernel",
+)
 
 
 @dataclass(frozen=True)
@@ -129,12 +173,14 @@ class Kernel:
 
 
 def _gemm(names, M, K, N, b=2, dtype="bf16", efficiency=0.7, floor_us=2.5) -> Kernel:
-    return Kernel(names, roofline.gemm_flops(M, K, N), roofline.gemm_bytes(M, K, N, b), dtype,
-                  efficiency, floor_us)
+    return Kernel(
+        names, roofline.gemm_flops(M, K, N), roofline.gemm_bytes(M, K, N, b), dtype, efficiency, floor_us
+    )
 
 
-def _elementwise(names, elements, flops_per, tensors, b=2, dtype="bf16", efficiency=0.8,
-                 floor_us=2.5) -> Kernel:
+def _elementwise(
+    names, elements, flops_per, tensors, b=2, dtype="bf16", efficiency=0.8, floor_us=2.5
+) -> Kernel:
     return Kernel(names, elements * flops_per, elements * tensors * b, dtype, efficiency, floor_us)
 
 
@@ -171,24 +217,57 @@ class Scenario:
 def _gpt(batch: int, seq: int = 1024, d: int = 1024, layers: int = 4, vocab: int = 32000):
     """A GPT-style decoder in bf16: LayerNorm, fused QKV, flash attention, MLP 4d, GELU."""
     M, f = batch * seq, 4 * d
-    fwd = [_elementwise(LN, M * d, 7, 2), _gemm(GEMM_TN, M, d, 3 * d), _attention(FLASH_FWD, batch, seq, d),
-           _gemm(GEMM_SMALL, M, d, d), _elementwise(ADD, M * d, 1, 3), _elementwise(LN, M * d, 7, 2),
-           _gemm(GEMM_TN, M, d, f), _elementwise(GELU, M * f, 9, 2), _gemm(GEMM_TN, M, f, d),
-           _elementwise(ADD, M * d, 1, 3)]
+    fwd = [
+        _elementwise(LN, M * d, 7, 2),
+        _gemm(GEMM_TN, M, d, 3 * d),
+        _attention(FLASH_FWD, batch, seq, d),
+        _gemm(GEMM_SMALL, M, d, d),
+        _elementwise(ADD, M * d, 1, 3),
+        _elementwise(LN, M * d, 7, 2),
+        _gemm(GEMM_TN, M, d, f),
+        _elementwise(GELU, M * f, 9, 2),
+        _gemm(GEMM_TN, M, f, d),
+        _elementwise(ADD, M * d, 1, 3),
+    ]
     # backward of each GEMM (M, K, N): dX = dY·Wᵀ is (M, N, K), dW = Xᵀ·dY is (K, M, N)
-    bwd = [_gemm(GEMM_NN, M, d, f), _gemm(GEMM_NT, f, M, d), _elementwise(GELU_BWD, M * f, 12, 3),
-           _gemm(GEMM_NN, M, f, d), _gemm(GEMM_NT, d, M, f), _elementwise(LN_BWD, M * d, 12, 3),
-           _gemm(GEMM_NN, M, d, d), _gemm(GEMM_NT, d, M, d), _attention(FLASH_BWD, batch, seq, d, True),
-           _gemm(GEMM_NN, M, 3 * d, d), _gemm(GEMM_NT, d, M, 3 * d), _elementwise(LN_BWD, M * d, 12, 3)]
-    forward = tuple(fwd * layers + [_elementwise(LN, M * d, 7, 2), _gemm(GEMM_HEAD, M, d, vocab),
-                                    _elementwise(SOFTMAX, M * vocab, 5, 3)])  # bf16 in, fp32 out
-    backward = tuple([_elementwise(SOFTMAX_BWD, M * vocab, 3, 3), _gemm(GEMM_NN, M, vocab, d),
-                      _gemm(GEMM_NT, d, M, vocab), _elementwise(LN_BWD, M * d, 12, 3)] + bwd * layers)
+    bwd = [
+        _gemm(GEMM_NN, M, d, f),
+        _gemm(GEMM_NT, f, M, d),
+        _elementwise(GELU_BWD, M * f, 12, 3),
+        _gemm(GEMM_NN, M, f, d),
+        _gemm(GEMM_NT, d, M, f),
+        _elementwise(LN_BWD, M * d, 12, 3),
+        _gemm(GEMM_NN, M, d, d),
+        _gemm(GEMM_NT, d, M, d),
+        _attention(FLASH_BWD, batch, seq, d, True),
+        _gemm(GEMM_NN, M, 3 * d, d),
+        _gemm(GEMM_NT, d, M, 3 * d),
+        _elementwise(LN_BWD, M * d, 12, 3),
+    ]
+    forward = tuple(
+        fwd * layers
+        + [
+            _elementwise(LN, M * d, 7, 2),
+            _gemm(GEMM_HEAD, M, d, vocab),
+            _elementwise(SOFTMAX, M * vocab, 5, 3),
+        ]
+    )  # bf16 in, fp32 out
+    backward = tuple(
+        [
+            _elementwise(SOFTMAX_BWD, M * vocab, 3, 3),
+            _gemm(GEMM_NN, M, vocab, d),
+            _gemm(GEMM_NT, d, M, vocab),
+            _elementwise(LN_BWD, M * d, 12, 3),
+        ]
+        + bwd * layers
+    )
     params = layers * 12 * d * d + vocab * d
     # gradient norm (read every fp32 grad), then fused Adam in three launches: read param, grad,
     # two moments; write param and moments: 7 fp32 values per parameter
-    optimizer = tuple([_elementwise(NORM, params, 2, 1, b=4, dtype="fp32")]
-                      + [_elementwise(ADAM, params // 3, 12, 7, b=4, dtype="fp32")] * 3)
+    optimizer = tuple(
+        [_elementwise(NORM, params, 2, 1, b=4, dtype="fp32")]
+        + [_elementwise(ADAM, params // 3, 12, 7, b=4, dtype="fp32")] * 3
+    )
     return forward, backward, optimizer
 
 
@@ -198,8 +277,15 @@ def _deep_narrow(layers: int = 24, width: int = 256, batch: int = 32):
     mm = lambda names, M, K, N: _gemm(names, M, K, N, b=4, dtype="fp32", floor_us=6.0)  # noqa: E731
     ew = lambda names, tensors: _elementwise(names, batch * width, 1, tensors, b=4, dtype="fp32")  # noqa: E731
     layer_fwd = [mm(SGEMM, batch, width, width), ew(BIAS, 3), ew(RELU, 2), ew(LN, 2), ew(ADD, 3)]
-    layer_bwd = [ew(ADD, 3), ew(LN_BWD, 3), ew(THRESH_BWD, 3), ew(SUM_BIAS, 2),
-                 mm(SGEMM_NN, batch, width, width), mm(SGEMM, width, batch, width), ew(BIAS, 3)]
+    layer_bwd = [
+        ew(ADD, 3),
+        ew(LN_BWD, 3),
+        ew(THRESH_BWD, 3),
+        ew(SUM_BIAS, 2),
+        mm(SGEMM_NN, batch, width, width),
+        mm(SGEMM, width, batch, width),
+        ew(BIAS, 3),
+    ]
     forward, backward = tuple(layer_fwd * layers), tuple(layer_bwd * layers)
     # for-loop Adam: several tiny kernels per parameter tensor
     optimizer = tuple([_elementwise(ADAM_STEP, width * width, 3, 4, b=4, dtype="fp32")] * (6 * layers))
@@ -212,24 +298,49 @@ _Fd, _Bd, _Od = _deep_narrow()
 SCENARIOS = {
     "compute": Scenario(
         "compute",
-        "a 4-layer GPT-style transformer in bf16 on an A100 80GB SXM (d_model 1024, 16 heads, MLP 4096, "
-        "vocabulary 32000, flash attention, fused Adam), batch 8 x 1024 tokens; token ids (1 MiB) copied "
-        "host-to-device from pinned memory each step; ~100 kernels per step",
-        _F, _B, _O, h2d_bytes=1 << 20, d2h_bytes=4, copy_gb_s=22.0, launch_us=5.0, python_us=6.0,
-        dataloader_us=180.0, memsets_per_step=2, seed=3),
+        nsys.describe_example("compute"),
+        _F,
+        _B,
+        _O,
+        h2d_bytes=1 << 20,
+        d2h_bytes=4,
+        copy_gb_s=22.0,
+        launch_us=5.0,
+        python_us=6.0,
+        dataloader_us=180.0,
+        memsets_per_step=2,
+        seed=3,
+    ),
     "memcpy": Scenario(
         "memcpy",
-        "the same transformer at batch 2 x 1024 tokens (a quarter of the work per kernel), fed 400 MB of "
-        "float32 features per step (copied host-to-device from pinned memory, non_blocking, at 24 GB/s) "
-        "and copying 16 MB of outputs back for metrics",
-        _Fs, _Bs, _Os, h2d_bytes=400_000_000, d2h_bytes=16_000_000, copy_gb_s=24.0, launch_us=5.0,
-        python_us=6.0, dataloader_us=400.0, memsets_per_step=2, seed=5),
+        nsys.describe_example("memcpy"),
+        _Fs,
+        _Bs,
+        _Os,
+        h2d_bytes=400_000_000,
+        d2h_bytes=16_000_000,
+        copy_gb_s=24.0,
+        launch_us=5.0,
+        python_us=6.0,
+        dataloader_us=400.0,
+        memsets_per_step=2,
+        seed=5,
+    ),
     "launch": Scenario(
         "launch",
-        "a deep narrow fp32 MLP on an A100 80GB SXM (24 layers of width 256, batch 32) with a for-loop "
-        "Adam: ~430 tiny kernels per step, each shorter than the host takes to launch it",
-        _Fd, _Bd, _Od, h2d_bytes=32 * 256 * 4, d2h_bytes=4, copy_gb_s=12.0, launch_us=6.5, python_us=9.0,
-        dataloader_us=60.0, memsets_per_step=0, seed=7),
+        nsys.describe_example("launch"),
+        _Fd,
+        _Bd,
+        _Od,
+        h2d_bytes=32 * 256 * 4,
+        d2h_bytes=4,
+        copy_gb_s=12.0,
+        launch_us=6.5,
+        python_us=9.0,
+        dataloader_us=60.0,
+        memsets_per_step=0,
+        seed=7,
+    ),
 }
 
 
@@ -246,7 +357,7 @@ class _Sim:
         return self.strings.setdefault(text, len(self.strings) + 1)
 
     def jitter(self, mean_ns: float, sigma: float = 0.06) -> int:
-        return max(1, int(round(mean_ns * self.rng.lognormal(0.0, sigma))))
+        return max(1, round(float(mean_ns * self.rng.lognormal(0.0, sigma))))
 
     def api(self, name: str, mean_us: float) -> tuple[int, int, int]:
         self.corr += 1
@@ -263,8 +374,19 @@ class _Sim:
     def launch(self, kernel: Kernel) -> None:
         s, _, corr = self.api("cudaLaunchKernel_v7000", self.sc.launch_us)
         ks, ke = self.gpu_after(s, self.jitter(kernel.mean_us() * 1e3))
-        self.kernels.append((ks, ke, DEVICE, CONTEXT, STREAM, corr, PID << 24, self.sid(kernel.names[0]),
-                             self.sid(kernel.names[1])))
+        self.kernels.append(
+            (
+                ks,
+                ke,
+                DEVICE,
+                CONTEXT,
+                STREAM,
+                corr,
+                PID << 24,
+                self.sid(kernel.names[0]),
+                self.sid(kernel.names[1]),
+            )
+        )
         self.host += self.jitter(self.sc.python_us * 1e3, 0.2)
 
     def copy(self, nbytes: int, kind: int) -> None:
@@ -289,8 +411,11 @@ class _Sim:
         self.host += self.jitter(sc.dataloader_us * 1e3, 0.1)
         self.copy(sc.h2d_bytes, 1)
         self.range("dataloader", t, self.host)
-        for phase, kernels in (("forward", sc.forward), ("backward", sc.backward),
-                               ("optimizer", sc.optimizer)):
+        for phase, kernels in (
+            ("forward", sc.forward),
+            ("backward", sc.backward),
+            ("optimizer", sc.optimizer),
+        ):
             t = self.host
             if phase == "backward":
                 for _ in range(sc.memsets_per_step):
@@ -301,7 +426,7 @@ class _Sim:
         self.copy(sc.d2h_bytes, 2)  # loss / metrics back to the host ...
         s, _, _ = self.api("cudaStreamSynchronize_v3020", 3.0)  # ... and wait for them
         self.host = max(self.host, self.gpu + 3_000)
-        self.runtime[-1] = (s, self.host) + self.runtime[-1][2:]
+        self.runtime[-1] = (s, self.host, *self.runtime[-1][2:])
         self.range("step", t_step, self.host + 1_000)
         self.host += self.jitter(25e3, 0.2)  # the loop's own overhead between steps
 
@@ -344,8 +469,10 @@ def _write_sqlite(sim: _Sim, path: Path) -> None:
     con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?,?,?,?,?,?,?,?,?,?)", sim.memset)
     con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?,?)", sim.runtime)
     con.executemany("INSERT INTO NVTX_EVENTS VALUES (?,?,?,?,?,?,?,?,?,?,?)", sorted(sim.nvtx))
-    con.executemany("INSERT INTO TRAINPERF_EXAMPLE VALUES (?, ?)",
-                    [("note", NOTE), ("workload", f"{sim.sc.name}: {sim.sc.description}")])
+    con.executemany(
+        "INSERT INTO TRAINPERF_EXAMPLE VALUES (?, ?)",
+        [("note", NOTE), ("workload", f"{sim.sc.name}: {sim.sc.description}")],
+    )
     con.commit()
     con.close()
 
@@ -356,11 +483,33 @@ def _summary_rows(groups: dict[str, list[int]]) -> list[list[str]]:
     for name, durs in groups.items():
         a = np.asarray(durs, dtype=np.int64)
         std = float(a.std(ddof=1)) if len(a) > 1 else 0.0
-        stats.append((int(a.sum()), name, len(a), float(a.mean()), float(np.median(a)), int(a.min()),
-                      int(a.max()), std))
+        stats.append(
+            (
+                int(a.sum()),
+                name,
+                len(a),
+                float(a.mean()),
+                float(np.median(a)),
+                int(a.min()),
+                int(a.max()),
+                std,
+            )
+        )
     stats.sort(key=lambda s: (-s[0], s[1]))
-    return [[f"{100.0 * tot / grand:.1f}", str(tot), str(n), f"{avg:.1f}", f"{med:.1f}", str(lo), str(hi),
-             f"{std:.1f}", name] for tot, name, n, avg, med, lo, hi, std in stats]
+    return [
+        [
+            f"{100.0 * tot / grand:.1f}",
+            str(tot),
+            str(n),
+            f"{avg:.1f}",
+            f"{med:.1f}",
+            str(lo),
+            str(hi),
+            f"{std:.1f}",
+            name,
+        ]
+        for tot, name, n, avg, med, lo, hi, std in stats
+    ]
 
 
 def stats_text(sim: _Sim, sqlite_name: str) -> str:
@@ -383,13 +532,22 @@ def stats_text(sim: _Sim, sqlite_name: str) -> str:
         nvtx.setdefault(n[6], []).append(n[1] - n[0])
     stat = ["Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)"]
     reports = [
-        ("cuda_gpu_kern_sum", ["Time (%)", "Total Time (ns)", "Instances", *stat, "Name"],
-         _summary_rows(kern)),
+        (
+            "cuda_gpu_kern_sum",
+            ["Time (%)", "Total Time (ns)", "Instances", *stat, "Name"],
+            _summary_rows(kern),
+        ),
         ("cuda_api_sum", ["Time (%)", "Total Time (ns)", "Num Calls", *stat, "Name"], _summary_rows(api)),
-        ("cuda_gpu_mem_time_sum", ["Time (%)", "Total Time (ns)", "Count", *stat, "Operation"],
-         _summary_rows(mem)),
-        ("nvtx_sum", ["Time (%)", "Total Time (ns)", "Instances", *stat, "Style", "Range"],
-         [r[:-1] + ["PushPop", r[-1]] for r in _summary_rows(nvtx)]),
+        (
+            "cuda_gpu_mem_time_sum",
+            ["Time (%)", "Total Time (ns)", "Count", *stat, "Operation"],
+            _summary_rows(mem),
+        ),
+        (
+            "nvtx_sum",
+            ["Time (%)", "Total Time (ns)", "Instances", *stat, "Style", "Range"],
+            [[*r[:-1], "PushPop", r[-1]] for r in _summary_rows(nvtx)],
+        ),
     ]
     out = io.StringIO()
     out.write(f"NOTICE: {NOTE}\n")
@@ -414,3 +572,20 @@ def write_examples(out_dir: Path) -> list[Path]:
         csv_path.write_text(stats_text(sim, db.name))
         written += [db, csv_path]
     return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python scripts/make_nsys_examples.py",
+        description="(Re)write chapter 3's EXAMPLE nsys files: for each "
+        "scenario an `nsys export` SQLite database and the `nsys stats "
+        "--format csv` output computed from it. Deterministic (seeded).",
+    )
+    parser.add_argument("--out", type=Path, default=DATA, help=f"folder to write (default: {DATA})")
+    args = parser.parse_args(argv)
+    for path in write_examples(args.out):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

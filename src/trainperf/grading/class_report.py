@@ -24,10 +24,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import CourseError
-from .grading.parts import Part, read_part
-from .grading.results import Outcome, StudentRow, shown_ids
-from .grading.submissions import spreadsheet_safe
+from ..course import CourseError
+from .parts import Part, read_part
+from .results import Outcome, StudentRow, shown_ids
+from .submissions import spreadsheet_safe
 
 TOP_MESSAGES = 3
 SLOWEST = 10
@@ -41,23 +41,42 @@ KINDS = [NOT_ATTEMPTED, WRONG_VISIBLE, WRONG_HIDDEN, ERROR, "timeout", "kernel d
 # Why a submission needs a person's eyes, matched against the reasons `trainperf grade` writes
 # (tests/test_class_grading.py pins these patterns to the grader's own wording).
 REVIEW = {
-    "copied reference code": re.compile(r"— review"),
-    "isolation event": re.compile(r"outlived the sandbox|could not be started|"
-                                  r"notebook client ended unexpectedly"),
-    "limit hit": re.compile(r"cell limit|notebook limit|ran out of memory|MiB limit|scratch disk|"
-                            r"limit of \d+ processes|kernel died|output was truncated|records over the cap|"
-                            r"over the client's size cap"),
-    "test cells edited": re.compile(r"test cell \S+ was (edited|deleted|turned into)|"
-                                    r"carries the hidden tests|answer cell \S+ is missing"),
-    "unusual files": re.compile(r"symbolic link|not valid JSON|empty file|could not be read|"
-                                r"not a Jupyter notebook|no list of cells"),
+    "copied reference code": re.compile(
+        r"copies helpers\.|, which can (copy|rebind) |rebinds |"
+        r"switched-off helper|the copy check"
+    ),
+    "malformed kernel data": re.compile(r"the grader could not use|is malformed"),
+    "isolation event": re.compile(
+        r"outlived the sandbox|could not be started|"
+        r"notebook client ended unexpectedly"
+    ),
+    "limit hit": re.compile(
+        r"cell limit|notebook limit|ran out of memory|MiB limit|scratch disk|"
+        r"limit of \d+ processes|kernel died|output was truncated|records over the cap|"
+        r"over the client's size cap|per-notebook limit|characters(?: of code)?, over"
+    ),
+    "test cells edited": re.compile(
+        r"test cell \S+ was (edited|deleted|turned into)|"
+        r"carries the hidden tests|answer cell \S+ is missing"
+    ),
+    "unusual files": re.compile(
+        r"symbolic link|not valid JSON|empty file|could not be read(?! by the copy)|"
+        r"not a Jupyter notebook|no list of cells"
+    ),
     "grading error": re.compile(r"grading failed \("),
 }
 
 
 # the fields of ``Limits.key()`` (trainperf.grading.grade), in order, with their units
-_LIMIT_FIELDS = [("cell", "s"), ("notebook", "s"), ("memory", "MiB"), ("largest file", "MiB"),
-                 ("scratch disk", "MiB"), ("processes", ""), ("output kept per cell", "characters")]
+_LIMIT_FIELDS = [
+    ("cell", "s"),
+    ("notebook", "s"),
+    ("memory", "MiB"),
+    ("largest file", "MiB"),
+    ("scratch disk", "MiB"),
+    ("processes", ""),
+    ("output kept per cell", "characters"),
+]
 
 
 def describe_limits(key: str) -> str:
@@ -66,8 +85,10 @@ def describe_limits(key: str) -> str:
     values = key.split(":")
     if len(values) != len(_LIMIT_FIELDS):
         return key
-    return ", ".join(f"{name} {'no cap' if value == 'None' else (value + ' ' + unit).strip()}"
-                     for (name, unit), value in zip(_LIMIT_FIELDS, values, strict=True))
+    return ", ".join(
+        f"{name} {'no cap' if value == 'None' else (value + ' ' + unit).strip()}"
+        for (name, unit), value in zip(_LIMIT_FIELDS, values, strict=True)
+    )
 
 
 def failure_kind(verdict: dict) -> str | None:
@@ -97,7 +118,7 @@ def failure_message(verdict: dict) -> str:
         return "the visible checks passed; the hidden tests failed"
     if kind in (WRONG_VISIBLE, ERROR, NOT_ATTEMPTED):
         lines = [line for line in verdict.get("visible", "").splitlines() if line.startswith(f"{ename}:")]
-        text = lines[-1][len(ename) + 1:].strip() if lines else ""
+        text = lines[-1][len(ename) + 1 :].strip() if lines else ""
         if kind == WRONG_VISIBLE:
             # the learner's value ends the message: ", got …" (English), "，实际得到 …" (Chinese)
             return re.sub(r"(,? got |，实际得到 ).*$", "", text)[:160] or ename
@@ -149,8 +170,7 @@ class CellStats:
         if tried >= 2 and self.kinds[ERROR] > tried / 2:
             hints.append("most failures are errors, not wrong values: are the instructions clear?")
         if tried >= 2 and self.kinds[WRONG_HIDDEN] > tried / 2:
-            hints.append("most failures pass the visible checks: add a visible check for the "
-                         "common mistake?")
+            hints.append("most failures pass the visible checks: add a visible check for the common mistake?")
         if self.attempted and self.kinds[NOT_ATTEMPTED] > self.graded / 2:
             hints.append(f"{self.kinds[NOT_ATTEMPTED]} of {self.graded} left it unanswered")
         return hints
@@ -185,6 +205,12 @@ def review_reasons(row: StudentRow) -> list[str]:
     """The review categories a student's row falls in."""
     texts = list(row.notes) + [o.reason for o in row.outcomes.values()]
     found = [name for name, pattern in REVIEW.items() if any(pattern.search(t) for t in texts)]
+    for text in texts:  # a reason that asks for review in words no category knows yet
+        for part in text.split("; "):
+            if "— review" in part and not any(p.search(part) for p in REVIEW.values()):
+                found.append("other review")
+                break
+    found = list(dict.fromkeys(found))
     if any(o.flags for o in row.outcomes.values()) and "copied reference code" not in found:
         found.insert(0, "copied reference code")
     return found
@@ -232,8 +258,10 @@ def _plot(part: Part, path: Path) -> None:
 def _table(header: list[str], rows: list[list[str]], raw: frozenset[int] = frozenset()) -> str:
     """An HTML table; cells are escaped except the columns in ``raw`` (already HTML)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c if i in raw else html.escape(c)}</td>" for i, c in enumerate(r))
-                   + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{c if i in raw else html.escape(c)}</td>" for i, c in enumerate(r)) + "</tr>"
+        for r in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
@@ -252,13 +280,35 @@ def report(grades: Path, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     names = shown_ids(part.rows)
     cells = cell_stats(part)
-    cell_header = ["chapter", "cell", "max points", "graded", "pass rate", "answered",
-                   "pass rate of answered", "mean points", *KINDS, "most common failure messages", "look at"]
-    cell_rows = [[c.chapter, c.cell, f"{c.max_points:g}", str(c.graded), f"{c.pass_rate:.0%}",
-                  str(c.attempted), f"{c.attempted_pass_rate:.0%}" if c.attempted else "–",
-                  f"{c.mean_points:.2f}", *[str(c.kinds[k]) for k in KINDS],
-                  " | ".join(f"{n}× {m}" for m, n in c.messages.most_common(TOP_MESSAGES)),
-                  "; ".join(c.hints())] for c in cells]
+    cell_header = [
+        "chapter",
+        "cell",
+        "max points",
+        "graded",
+        "pass rate",
+        "answered",
+        "pass rate of answered",
+        "mean points",
+        *KINDS,
+        "most common failure messages",
+        "look at",
+    ]
+    cell_rows = [
+        [
+            c.chapter,
+            c.cell,
+            f"{c.max_points:g}",
+            str(c.graded),
+            f"{c.pass_rate:.0%}",
+            str(c.attempted),
+            f"{c.attempted_pass_rate:.0%}" if c.attempted else "–",
+            f"{c.mean_points:.2f}",
+            *[str(c.kinds[k]) for k in KINDS],
+            " | ".join(f"{n}× {m}" for m, n in c.messages.most_common(TOP_MESSAGES)),
+            "; ".join(c.hints()),
+        ]
+        for c in cells
+    ]
     _write_csv(out / "cells.csv", cell_header, cell_rows)
 
     flagged = [(row, review_reasons(row)) for row in part.rows]
@@ -273,44 +323,87 @@ def report(grades: Path, out: Path) -> Path:
         missing = sum(1 for o in outcomes if o.reason.startswith("missing "))
         top = max([o.max_score for o in outcomes] or [0.0])
         unreadable = len(outcomes) - len(scored) - missing
-        chapter_rows.append([chapter, str(len(scored)), str(missing), str(unreadable),
-                             f"{sum(scored) / len(scored):.2f}" if scored else "–",
-                             f"{scored[len(scored) // 2]:g}" if scored else "–", f"{top:g}",
-                             f"{sum(1 for s in scored if s == top) / len(scored):.0%}" if scored else "–"])
-    slowest = sorted((o for r in part.rows for o in r.outcomes.values() if graded(o)),
-                     key=lambda o: -o.seconds)[:SLOWEST]
+        chapter_rows.append(
+            [
+                chapter,
+                str(len(scored)),
+                str(missing),
+                str(unreadable),
+                f"{sum(scored) / len(scored):.2f}" if scored else "–",
+                f"{scored[len(scored) // 2]:g}" if scored else "–",
+                f"{top:g}",
+                f"{sum(1 for s in scored if s == top) / len(scored):.0%}" if scored else "–",
+            ]
+        )
+    slowest = sorted(
+        (o for r in part.rows for o in r.outcomes.values() if graded(o)), key=lambda o: -o.seconds
+    )[:SLOWEST]
     _plot(part, out / "scores.png")
 
     messages = len(cell_header) - 2
-    styled = [[*r[:messages], "<br>".join(html.escape(m) for m in r[messages].split(" | ") if m),
-               f"<b>{html.escape(r[-1])}</b>" if r[-1] else ""] for r in cell_rows]
+    styled = [
+        [
+            *r[:messages],
+            "<br>".join(html.escape(m) for m in r[messages].split(" | ") if m),
+            f"<b>{html.escape(r[-1])}</b>" if r[-1] else "",
+        ]
+        for r in cell_rows
+    ]
     page = out / "index.html"
-    page.write_text("\n".join([
-        "<!doctype html><meta charset='utf-8'><title>Class report</title><style>"
-        "body{font-family:sans-serif;margin:1em 2em}td,th{border:1px solid #ccc;padding:3px 6px;"
-        "vertical-align:top;font-size:90%}table{border-collapse:collapse;margin-bottom:1.5em}"
-        "b{color:#a33}</style>",
-        f"<h1>Class report: {html.escape(grades.name)}</h1>",
-        f"<p>{len(part.rows)} students, {len(part.chapters)} chapter(s); graded as shard "
-        f"{part.shard} (class of {part.summary.students} students, {part.summary.notebooks} notebooks); "
-        f"trainperf {html.escape(str(part.course.get('trainperf')))}; limits per submission: "
-        f"{html.escape(describe_limits(str(part.course.get('limits'))))}.</p>",
-        "<h2>Chapters</h2>",
-        _table(["chapter", "graded", "missing", "unreadable", "mean score", "median", "max", "full marks"],
-               chapter_rows),
-        "<h2>Graded cells</h2><p>Per graded cell over the notebooks that were graded: how often it "
-        "passed, the mean points, how the failures failed and the most common messages of the "
-        "visible checks (the learner's own value cut off). <b>Look at</b> names cells that may be "
-        "too hard or broken — rules of thumb, not verdicts.</p>",
-        _table(cell_header, styled, raw=frozenset({messages, messages + 1})),
-        "<h2>Score distribution</h2><img src='scores.png' alt='score distribution per chapter'>",
-        f"<h2>Flagged for review ({len(flagged)})</h2><p>Copied reference code, isolation events, "
-        "limits hit, edited test cells, unusual files: read the submission before trusting its "
-        "grade.</p>",
-        _table(["student", "flagged for", "reason"], review_rows) if review_rows else "<p>None.</p>",
-        f"<h2>Slowest notebooks ({len(slowest)})</h2>",
-        _table(["student", "chapter", "seconds", "score", "reason"],
-               [[names[o.student], o.chapter, f"{o.seconds:.1f}", f"{o.score:g} / {o.max_score:g}",
-                 o.reason] for o in slowest]),
-    ]), encoding="utf-8", errors="replace")
+    page.write_text(
+        "\n".join(
+            [
+                "<!doctype html><meta charset='utf-8'><title>Class report</title><style>"
+                "body{font-family:sans-serif;margin:1em 2em}td,th{border:1px solid #ccc;padding:3px 6px;"
+                "vertical-align:top;font-size:90%}table{border-collapse:collapse;margin-bottom:1.5em}"
+                "b{color:#a33}</style>",
+                f"<h1>Class report: {html.escape(grades.name)}</h1>",
+                f"<p>{len(part.rows)} students, {len(part.chapters)} chapter(s); graded as shard "
+                f"{part.shard} (class of {part.summary.students} students, "
+                f"{part.summary.notebooks} notebooks); "
+                f"trainperf {html.escape(str(part.course.get('trainperf')))}; limits per submission: "
+                f"{html.escape(describe_limits(str(part.course.get('limits'))))}.</p>",
+                "<h2>Chapters</h2>",
+                _table(
+                    [
+                        "chapter",
+                        "graded",
+                        "missing",
+                        "unreadable",
+                        "mean score",
+                        "median",
+                        "max",
+                        "full marks",
+                    ],
+                    chapter_rows,
+                ),
+                "<h2>Graded cells</h2><p>Per graded cell over the notebooks that were graded: how often it "
+                "passed, the mean points, how the failures failed and the most common messages of the "
+                "visible checks (the learner's own value cut off). <b>Look at</b> names cells that may be "
+                "too hard or broken — rules of thumb, not verdicts.</p>",
+                _table(cell_header, styled, raw=frozenset({messages, messages + 1})),
+                "<h2>Score distribution</h2><img src='scores.png' alt='score distribution per chapter'>",
+                f"<h2>Flagged for review ({len(flagged)})</h2><p>Copied reference code, isolation events, "
+                "limits hit, edited test cells, unusual files: read the submission before trusting its "
+                "grade.</p>",
+                _table(["student", "flagged for", "reason"], review_rows) if review_rows else "<p>None.</p>",
+                f"<h2>Slowest notebooks ({len(slowest)})</h2>",
+                _table(
+                    ["student", "chapter", "seconds", "score", "reason"],
+                    [
+                        [
+                            names[o.student],
+                            o.chapter,
+                            f"{o.seconds:.1f}",
+                            f"{o.score:g} / {o.max_score:g}",
+                            o.reason,
+                        ]
+                        for o in slowest
+                    ],
+                ),
+            ]
+        ),
+        encoding="utf-8",
+        errors="replace",
+    )
     return page

@@ -1,0 +1,75 @@
+"""English prose in what a learner reads: the tests' measure of a translation that is not
+done (tests/test_notebooks.py runs the Chinese edition and fails on any line of English prose
+in its outputs; tests/test_i18n.py on a check label or hint without its Chinese). Only tests
+use it: nothing here is shipped or run by ``trainperf build``."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from trainperf import i18n
+
+_WORD = re.compile(r"[A-Za-z][a-z]+(?:'[a-z]+)?")
+# code spans, identifiers, paths, numbers with units, options: not prose
+_NOT_PROSE = re.compile(r"`[^`]*`|'[^'\s]+'|\S*[_./\\()\[\]=<>#@:%\d|{}]\S*")  # 'name': a str's repr
+
+
+def english_prose(line: str, kept: set[str] | frozenset[str] = frozenset(), words: int = 3) -> str | None:
+    """The first run of ``words`` or more plain English words in a line a learner sees, or
+    None. Code spans, identifiers, paths, numbers, units and the glossary's kept terms
+    (``kept``, lower case) do not count: "MFU 12.7%, HFU 12.8%" is not prose, "the measured
+    peak's runs spread" is."""
+    run: list[str] = []
+    for token in _NOT_PROSE.sub(" ", line.replace("(s)", "s")).split():  # "graph(s)" is a word
+        word = token.strip(",;:!?\"'()–—-")
+        if _WORD.fullmatch(word) and word.lower() not in kept:
+            run.append(word)
+            if len(run) >= words:
+                return " ".join(run)
+        else:
+            run = []
+    return None
+
+
+def kept_terms(root: Path, lang: str) -> frozenset[str]:
+    """The glossary's terms that stay in English, lower case (empty without a glossary)."""
+    path = i18n.glossary_path(root, lang)
+    if not path.is_file():
+        return frozenset()
+    return frozenset(t.lower() for t in json.loads(path.read_text(encoding="utf-8")).get("kept", []))
+
+
+def shown_lines(outputs: list[dict[str, Any]]) -> list[str]:
+    """The lines a learner reads in a cell's outputs: streams, text / Markdown results and
+    errors (images and widget state are not text). Code a Markdown result shows in ```
+    fences (Python source, a command) is code, not prose, and is left out."""
+    lines = []
+    for out in outputs:
+        markdown = False
+        if out.get("output_type") == "error":
+            texts = [f"{out.get('ename', '')}: {out.get('evalue', '')}"]
+        elif "text" in out:
+            texts = [out["text"]]
+        else:
+            data = out.get("data", {})
+            markdown = bool(data.get("text/markdown"))
+            texts = [data.get("text/markdown") or data.get("text/plain") or ""]
+        for text in texts:
+            text_lines = ("".join(text) if isinstance(text, list) else str(text)).splitlines()
+            lines += _outside_code_blocks(text_lines) if markdown else text_lines
+    return lines
+
+
+def _outside_code_blocks(lines: list[str]) -> list[str]:
+    """The lines of a Markdown result outside its ``` fences: code a notebook shows as code
+    (Python source, a command) is not prose to translate."""
+    out, in_code = [], False
+    for line in lines:
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not in_code:
+            out.append(line)
+    return out
