@@ -15,12 +15,12 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import hostile_payloads as P
 import nbformat
 import pytest
 from conftest import ROOT, once_per_worker
+from gradekit import survivors
 
 from trainperf.discriminate import solution_answers, with_answers
 from trainperf.grading.grade import Limits, grade
@@ -491,21 +491,9 @@ def test_a_process_that_outlives_its_notebook_cannot_hurt_the_next_student(tmp_p
     }
     assert rows["a_attacker"].score == FULL and "outlived" not in rows["a_attacker"].reason
     assert rows["b_victim"].score == FULL and rows["b_victim"].reason == ""
-    assert not _survivors(P.FORK_KILLER_MARK)
+    assert not survivors(P.FORK_KILLER_MARK)
     assert rows["c_key_writer"].score == FULL, "the writer could not store its keys: the test proves nothing"
     assert rows["d_key_reader"].score == FULL, "a key left by an earlier submission was readable"
-
-
-def _survivors(mark: str) -> list[int]:
-    """Processes on this machine whose command line carries ``mark``."""
-    found = []
-    for entry in os.scandir("/proc"):
-        try:
-            if entry.name.isdigit() and mark.encode() in Path(entry.path, "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            pass
-    return found
 
 
 @pytest.mark.skipif(not ISOLATED, reason="needs root and bubblewrap (bwrap) for the sandbox")

@@ -28,6 +28,7 @@ from unittest import mock
 import nbformat
 import pytest
 from conftest import ROOT, once_per_worker
+from gradekit import survivors
 
 from trainperf.discriminate import solution_answers, with_answers
 from trainperf.grading import client, sandbox
@@ -245,17 +246,6 @@ def test_the_grading_process_keeps_a_bounded_total_of_results(monkeypatch):
 needs_cgroup = pytest.mark.skipif(not CGROUPS.version, reason=f"no writable cpu cgroup: {CGROUPS.why}")
 
 
-def _survivors(mark: str) -> list[int]:
-    found = []
-    for entry in os.scandir("/proc"):
-        try:
-            if entry.name.isdigit() and mark.encode() in Path(entry.path, "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            pass
-    return found
-
-
 def _own_cgroups() -> list[Path]:
     """The cgroups this process made and did not remove."""
     folders = [CGROUPS.cpu, CGROUPS.pids] if CGROUPS.version else []
@@ -273,14 +263,14 @@ def test_a_cgroup_holds_and_ends_every_process_started_in_it():
     script = f"M=trainperf-test-cgroup; for i in 1 2 3; do setsid {sleeper} & done; wait"
     proc = subprocess.Popen(group.wrap(["sh", "-c", script]), start_new_session=True)
     deadline = time.monotonic() + 10
-    while len(_survivors(mark)) < 3 and time.monotonic() < deadline:
+    while len(survivors(mark)) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_survivors(mark)) == 3 and set(_survivors(mark)) <= group.pids()
+    assert len(survivors(mark)) == 3 and set(survivors(mark)) <= group.pids()
     os.killpg(proc.pid, 9)  # the session leader only: the three sleepers are in sessions of their own
     proc.wait()
-    assert len(_survivors(mark)) == 3
+    assert len(survivors(mark)) == 3
     assert group.close() == 3
-    assert not _survivors(mark) and not group.group.exists()
+    assert not survivors(mark) and not group.group.exists()
 
 
 @pytest.fixture(scope="module")
@@ -321,7 +311,7 @@ def _grade_storm(tmp_path_factory):
     return {
         "rows": {r.student: r for r in rows},
         "runs": runs,
-        "survivors": _survivors(STORM_MARK),
+        "survivors": survivors(STORM_MARK),
         "cgroups": _own_cgroups(),
     }
 

@@ -20,10 +20,11 @@ import time
 from typing import Any
 
 import pytest
+from gradekit import REFERENCE, one_cell_exam
 
 from helpers import _grading, _records, _wire, checks
 from trainperf.grading import replay
-from trainperf.grading.exam import Exam, GradedCell, _valid_check_record, _valid_event, feedback, score
+from trainperf.grading.exam import _valid_check_record, _valid_event, feedback, score
 from trainperf.grading.grade import Limits, _reasons
 from trainperf.grading.sandbox import Execution
 
@@ -113,19 +114,6 @@ def _cases(fields: dict[str, Any], missing_is_bad: set[str] = frozenset()) -> li
     return out
 
 
-def _exam() -> Exam:
-    return Exam({}, [GradedCell("ex1_test", 2.0, 4, 3)], {"ex1": 2})
-
-
-REFERENCE = {
-    "ex1_test": [
-        {"what": "a", "kind": "close", "rtol": 1e-3, "atol": 0.0, "value": 10.0, "expected": 10.0},
-        {"what": "b", "kind": "one_of", "rtol": 1e-6, "atol": 0.0, "value": "x", "expected": ["x", "y"]},
-    ],
-    "ex1_test#visible": [
-        {"what": "visible", "shown": {"kind": "equal", "expected": "3"}, "hint": "count them"}
-    ],
-}
 EXERCISES = {"helpers.m.f": "exercise 1"}
 VISIBLE_EVENT = {
     "event": "visible",
@@ -164,7 +152,7 @@ def _grade(shown: Any = MISSING, hidden: Any = MISSING, answer: Any = MISSING):
         3: copy.deepcopy(SHOWN) if shown is MISSING else shown,
         4: copy.deepcopy(HIDDEN) if hidden is MISSING else hidden,
     }
-    verdict = score(_exam(), records, REFERENCE, EXERCISES)[0]
+    verdict = score(one_cell_exam(), records, REFERENCE, EXERCISES)[0]
     feedback("en", records[3], REFERENCE["ex1_test#visible"], EXERCISES)
     feedback("zh", records[3], REFERENCE["ex1_test#visible"], EXERCISES)
     reasons = _reasons(

@@ -11,11 +11,12 @@ import shutil
 
 import pytest
 from conftest import ROOT
+from gradekit import REFERENCE, one_cell_exam
 
 from helpers import _records, checks
 from trainperf.grading.client import MAX_RECORDS_PER_CELL, CellRecords
 from trainperf.grading.copies import flags
-from trainperf.grading.exam import Exam, GradedCell, matches, score
+from trainperf.grading.exam import matches, score
 from trainperf.grading.hidden import lint_hidden, split_hidden, strip_expectations
 from trainperf.grading.results import Outcome, StudentRow, write_csv, write_feedback
 from trainperf.grading.submissions import discover, display_name, file_stem, read_submission, spreadsheet_safe
@@ -102,19 +103,6 @@ def test_hidden_check_only_records_for_the_grader(monkeypatch):
         checks.hidden.equal("a", "y", expect=lambda: "b")
 
 
-def _exam() -> Exam:
-    return Exam({}, [GradedCell("ex1_test", 2.0, 4, 3)], {"ex1": 2})
-
-
-REFERENCE = {
-    "ex1_test": [
-        {"what": "a", "kind": "close", "rtol": 1e-3, "atol": 0.0, "value": 10.0, "expected": 10.0},
-        {"what": "b", "kind": "one_of", "rtol": 1e-6, "atol": 0.0, "value": "x", "expected": ["x", "y"]},
-    ],
-    "ex1_test#visible": [
-        {"what": "visible", "shown": {"kind": "equal", "expected": "3"}, "hint": "count them"}
-    ],
-}
 SHOWN_OK = {
     "index": 3,
     "status": "ok",
@@ -137,7 +125,7 @@ SHOWN_OK = {
 )
 def test_score_compares_with_the_reference_outside_the_kernel(records, points):
     record = {"index": 4, "status": "ok", "text": "", "records": records}
-    verdict = score(_exam(), {3: SHOWN_OK, 4: record}, REFERENCE)[0]
+    verdict = score(one_cell_exam(), {3: SHOWN_OK, 4: record}, REFERENCE)[0]
     assert verdict.points == points
     assert verdict.visible.startswith("✓ visible")
 
@@ -145,8 +133,8 @@ def test_score_compares_with_the_reference_outside_the_kernel(records, points):
 def test_a_chinese_submission_is_told_in_chinese_and_scored_the_same():
     records = [{"what": "a", "value": 10.1}, {"what": "b", "value": "x"}]
     record = {"index": 4, "status": "ok", "text": "", "records": records}
-    en = score(_exam(), {3: SHOWN_OK, 4: record}, REFERENCE)[0]
-    exam = _exam()
+    en = score(one_cell_exam(), {3: SHOWN_OK, 4: record}, REFERENCE)[0]
+    exam = one_cell_exam()
     exam.language = "zh"
     zh = score(exam, {3: SHOWN_OK, 4: record}, REFERENCE)[0]
     same = (0.0, "failed", 1)
@@ -170,7 +158,7 @@ def test_a_failed_cell_scores_zero_even_with_matching_records():
         "text": "",
         "records": [{"what": "a", "value": 10.0}, {"what": "b", "value": "x"}],
     }
-    verdict = score(_exam(), {3: shown, 4: record}, REFERENCE)[0]
+    verdict = score(one_cell_exam(), {3: shown, 4: record}, REFERENCE)[0]
     assert verdict.points == 0 and verdict.ename == "CheckFailed"
     assert verdict.visible == "CheckFailed: ✗ visible: expected 3.\n  Hint: count them"
 
@@ -189,7 +177,7 @@ def test_feedback_is_written_by_the_grader_from_verdicts_only():
             {"event": "blocked-call", "helper": secret},
         ],
     }
-    verdict = score(_exam(), {3: shown}, REFERENCE, {"helpers.m.f": "exercise 1"})[0]
+    verdict = score(one_cell_exam(), {3: shown}, REFERENCE, {"helpers.m.f": "exercise 1"})[0]
     assert secret not in verdict.visible and "4096" not in verdict.visible
     assert verdict.visible.splitlines() == [
         "✓ visible",
@@ -197,7 +185,7 @@ def test_feedback_is_written_by_the_grader_from_verdicts_only():
     ]
     shown["ename"] = "RuntimeError"
     shown["records"].append({"event": "blocked-call", "helper": "helpers.m.f"})
-    assert score(_exam(), {3: shown}, REFERENCE, {"helpers.m.f": "exercise 1"})[0].visible.endswith(
+    assert score(one_cell_exam(), {3: shown}, REFERENCE, {"helpers.m.f": "exercise 1"})[0].visible.endswith(
         "RuntimeError: helpers.m.f is exercise 1: write it yourself."
     )
 

@@ -166,38 +166,32 @@ def definitions_only(source: str, trusted: bool, imported: set[str] | None = Non
     return ast.unparse(ast.fix_missing_locations(ast.Module(body=kept, type_ignores=[]))) + "\n"
 
 
-def imported_by(sources: list[str]) -> set[str]:
-    """Names the given cells bind by ``import`` (the roots a learner's decorator may use)."""
-    names: set[str] = set()
+def _modules(sources: list[str]) -> list[ast.Module]:
+    """The cells that parse (magic lines read as ``pass``)."""
+    trees = []
     for source in sources:
         try:
             tree = syntax.parse(_MAGIC.sub(r"\1pass", source))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
-        if isinstance(tree, ast.Module):
-            names |= _imported_names(tree)
-    return names
+        trees.append(tree)
+    return trees
+
+
+def imported_by(sources: list[str]) -> set[str]:
+    """Names the given cells bind by ``import`` (the roots a learner's decorator may use)."""
+    return set().union(*(_imported_names(tree) for tree in _modules(sources)))
+
+
+_BINDING = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign, ast.AugAssign)
 
 
 def defined_by(sources: list[str]) -> set[str]:
     """Names the given cells bind at their top level with ``def``, ``class`` or ``=``."""
-    names: set[str] = set()
-    for source in sources:
-        try:
-            tree = syntax.parse(_MAGIC.sub(r"\1pass", source))
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        for node in getattr(tree, "body", []):
-            if isinstance(
-                node,
-                (
-                    ast.FunctionDef,
-                    ast.AsyncFunctionDef,
-                    ast.ClassDef,
-                    ast.Assign,
-                    ast.AnnAssign,
-                    ast.AugAssign,
-                ),
-            ):
-                names |= _bound_names(node)
-    return names
+    return {
+        name
+        for tree in _modules(sources)
+        for node in tree.body
+        if isinstance(node, _BINDING)
+        for name in _bound_names(node)
+    }
