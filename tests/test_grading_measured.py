@@ -150,9 +150,32 @@ def test_a_learner_function_used_as_a_decorator_is_not_run_even_if_imported_firs
         "@annotate('x')\ndef f():\n    pass\n"
     )
     own = measured.defined_by([source])
-    imported = measured.imported_by([source]) - own
+    imported = {k: v for k, v in measured.imported_by([source]).items() if k not in own}
     reduced = measured.definitions_only(source, trusted=False, imported=imported)
     assert "def f" not in reduced and "def annotate" in reduced
+
+
+def test_only_decorators_that_register_nothing_are_kept():
+    """A decorator that hands the learner's function to a hook (a trace function, a GC callback,
+    a global module hook) would run the learner's code before any tool is bound."""
+    source = (
+        "import sys, gc, functools, torch\n"
+        "import torch.nn.modules.module as mm\n"
+        "from helpers.nvtx import annotate as span\n"
+        "@sys.settrace\ndef tracer(*a):\n    pass\n"
+        "@gc.callbacks.append\ndef on_gc(*a):\n    pass\n"
+        "@mm.register_module_forward_hook\ndef hook(*a):\n    pass\n"
+        "@functools.lru_cache(maxsize=None)\ndef cached(x):\n    return x\n"
+        "@span('forward')\ndef forward(x):\n    return x\n"
+        "@torch.no_grad()\ndef frozen(x):\n    return x\n"
+        "class C:\n    @staticmethod\n    def s():\n        return 1\n"
+        "    @property\n    def p(self):\n        return 2\n"
+    )
+    reduced = measured.definitions_only(source, trusted=False)
+    for dropped in ("def tracer", "def on_gc", "def hook"):
+        assert dropped not in reduced, dropped
+    for kept in ("def cached", "def forward", "def frozen", "def s", "def p"):
+        assert kept in reduced, kept
 
 
 def test_trusted_cells_keep_definitions_and_constants_without_calls():

@@ -70,16 +70,64 @@ def _root(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _safe_decorator(node: ast.AST, imported: set[str]) -> bool:
-    """``@name`` / ``@module.name`` / ``@module.name(constants)`` of something imported: the
-    decorator is library code, applied to the learner's function without calling it."""
+# Decorators that wrap a function without calling it or registering it anywhere: a decorator
+# such as ``@sys.settrace``, ``@gc.callbacks.append`` or a global module hook would make the
+# learner's code run while trusted code runs, before any tool is bound. Others are dropped,
+# with the definition they decorate.
+SAFE_DECORATORS = frozenset(
+    {
+        "torch.no_grad",
+        "torch.enable_grad",
+        "torch.inference_mode",
+        "torch.compile",
+        "torch.autocast",
+        "torch.amp.autocast",
+        "torch.cpu.amp.autocast",
+        "torch.cuda.amp.autocast",
+        "torch.profiler.record_function",
+        "torch.autograd.profiler.record_function",
+        "helpers.nvtx.annotate",
+        "functools.lru_cache",
+        "functools.cache",
+        "functools.cached_property",
+        "dataclasses.dataclass",
+        "contextlib.contextmanager",
+        "typing.overload",
+        "abc.abstractmethod",
+        "builtins.staticmethod",
+        "builtins.classmethod",
+        "builtins.property",
+    }
+)
+_BUILTIN_DECORATORS = {"staticmethod", "classmethod", "property"}
+
+
+def _qualified(node: ast.AST, imported: dict[str, str]) -> str | None:
+    """``module.attr`` of a name chain, through the cells' import aliases; None otherwise."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    if node.id in imported:
+        head = imported[node.id]
+    elif node.id in _BUILTIN_DECORATORS:
+        head = f"builtins.{node.id}"
+    else:
+        return None
+    return ".".join([head, *reversed(parts)])
+
+
+def _safe_decorator(node: ast.AST, imported: dict[str, str]) -> bool:
+    """One of :data:`SAFE_DECORATORS`, used bare or called with constants."""
     if isinstance(node, ast.Call):
         return (
             _safe_decorator(node.func, imported)
             and all(isinstance(a, ast.Constant) for a in node.args)
             and all(isinstance(k.value, ast.Constant) and k.arg for k in node.keywords)
         )
-    return isinstance(node, (ast.Name, ast.Attribute)) and _inert(node) and _root(node) in imported
+    return _qualified(node, imported) in SAFE_DECORATORS
 
 
 def _strip_annotations(node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -90,13 +138,18 @@ def _strip_annotations(node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
             arg.annotation = None
 
 
-def _imported_names(tree: ast.Module) -> set[str]:
-    names = set()
+def _imported_names(tree: ast.Module) -> dict[str, str]:
+    """Local name -> what it imports (``import a.b`` binds ``a``; ``from x import y as z``
+    binds ``z`` to ``x.y``); relative imports are left out."""
+    names: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.Import):
-            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            names |= {a.asname or a.name for a in node.names}
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".")[0]
+                names[local] = alias.name if alias.asname else local
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
     return names
 
 
@@ -107,7 +160,7 @@ def _bound_names(node: ast.stmt) -> set[str]:
     return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
-def _keep_untrusted(node: ast.stmt, imported: set[str]) -> bool:
+def _keep_untrusted(node: ast.stmt, imported: dict[str, str]) -> bool:
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         return True
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -139,15 +192,15 @@ def _keep_trusted(node: ast.stmt) -> bool:
     return False
 
 
-def definitions_only(source: str, trusted: bool, imported: set[str] | None = None) -> str:
+def definitions_only(source: str, trusted: bool, imported: dict[str, str] | None = None) -> str:
     """``source`` reduced to what defines names without running code.
 
     Kept: imports, function and class definitions, and assignments of values. For the
     learner's cells (``trusted=False``) a definition is kept only when defining it runs none of
     the learner's code: defaults and class bases are inert expressions (no call, no subscript),
-    decorators are imported names (``@torch.no_grad()``, ``@annotate("forward")``; ``imported``
-    is every name the learner's cells import and never redefine; by default this cell's own),
-    annotations are dropped. A cell that does not parse
+    decorators are among :data:`SAFE_DECORATORS` (``@torch.no_grad()``, ``@annotate("forward")``;
+    ``imported`` maps each name the learner's cells import and never redefine to what it
+    imports, by default this cell's own), annotations are dropped. A cell that does not parse
     becomes empty: what it defines is then missing, and the measured check fails with it."""
     try:
         tree = syntax.parse(_MAGIC.sub(r"\1pass", source))
@@ -158,9 +211,11 @@ def definitions_only(source: str, trusted: bool, imported: set[str] | None = Non
     if trusted:
         kept = [node for node in tree.body if _keep_trusted(node)]
     else:
-        # the caller's set covers every cell (without names the learner redefines anywhere)
-        known = imported if imported is not None else _imported_names(tree) - defined_by([source])
-        kept = [node for node in tree.body if _keep_untrusted(node, known)]
+        # the caller's map covers every cell (without names the learner redefines anywhere)
+        if imported is None:
+            own = defined_by([source])
+            imported = {k: v for k, v in _imported_names(tree).items() if k not in own}
+        kept = [node for node in tree.body if _keep_untrusted(node, imported)]
     if not kept:
         return ""
     return ast.unparse(ast.fix_missing_locations(ast.Module(body=kept, type_ignores=[]))) + "\n"
@@ -178,9 +233,12 @@ def _modules(sources: list[str]) -> list[ast.Module]:
     return trees
 
 
-def imported_by(sources: list[str]) -> set[str]:
-    """Names the given cells bind by ``import`` (the roots a learner's decorator may use)."""
-    return set().union(*(_imported_names(tree) for tree in _modules(sources)))
+def imported_by(sources: list[str]) -> dict[str, str]:
+    """Local name -> what it imports, over the given cells (the roots of a decorator)."""
+    names: dict[str, str] = {}
+    for tree in _modules(sources):
+        names.update(_imported_names(tree))
+    return names
 
 
 _BINDING = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign, ast.AugAssign)
