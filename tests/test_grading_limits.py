@@ -305,7 +305,8 @@ def _grade_storm(tmp_path_factory):
             base / "out" / "grades.csv",
             [CHAPTER],
             jobs=2,
-            workdir=base / "scratch",
+            # a relative scratch folder (the notebook client runs in a folder of its own)
+            workdir=Path(os.path.relpath(base / "scratch")),
             limits=Limits(cell_timeout=STORM_SECONDS + 30, notebook_timeout=300),
         )
     return {

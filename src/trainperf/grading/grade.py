@@ -458,7 +458,7 @@ def grade(
     previous = load_progress(progress_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="trainperf-grade-") as tmp:
-        scratch = workdir or Path(tmp)
+        scratch = (workdir or Path(tmp)).resolve()  # the client runs in a folder of its own
         scratch.mkdir(parents=True, exist_ok=True)
         course = prepare(root, chapter_ids, limits, scratch, require_isolation)
         rows = {s: StudentRow(s, notes=found.notes[s]) for s in found.notebooks}
