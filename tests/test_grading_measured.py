@@ -149,8 +149,7 @@ def test_a_learner_function_used_as_a_decorator_is_not_run_even_if_imported_firs
         "from helpers.nvtx import annotate\ndef annotate(name):\n    return print\n"
         "@annotate('x')\ndef f():\n    pass\n"
     )
-    own = measured.defined_by([source])
-    imported = {k: v for k, v in measured.imported_by([source]).items() if k not in own}
+    imported = measured.learner_imports([source])
     reduced = measured.definitions_only(source, trusted=False, imported=imported)
     assert "def f" not in reduced and "def annotate" in reduced
 
@@ -176,6 +175,25 @@ def test_only_decorators_that_register_nothing_are_kept():
         assert dropped not in reduced, dropped
     for kept in ("def cached", "def forward", "def frozen", "def s", "def p"):
         assert kept in reduced, kept
+
+
+def test_a_builtin_decorator_name_the_learner_rebinds_is_not_taken_for_the_builtin():
+    """Red team: ``from operator import call as property`` in one cell, ``property = None`` in
+    another, then ``@property`` ran the learner's function in the measuring phase."""
+    cells = [
+        "from operator import call as property\n",
+        "property = None\n",
+        "@property\ndef early():\n    pass\ndef honest():\n    return 1\n",
+    ]
+    imported = measured.learner_imports(cells)
+    reduced = "".join(measured.definitions_only(c, trusted=False, imported=imported) for c in cells)
+    assert "def early" not in reduced and "def honest" in reduced
+
+
+def test_a_learner_cell_cannot_rename_its_module():
+    """Red team: ``__name__ = "torch.x"`` made a read-back look like PyTorch's own."""
+    reduced = measured.definitions_only('__name__ = "torch.x"\n__all__: list = []\nN = 3\n', trusted=False)
+    assert "__name__" not in reduced and "__all__" not in reduced and "N = 3" in reduced
 
 
 def test_trusted_cells_keep_definitions_and_constants_without_calls():

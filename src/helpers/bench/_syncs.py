@@ -3,6 +3,7 @@ device (:func:`count_host_syncs`), or seen by the CUDA profiler (:func:`profile_
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from collections.abc import Callable
@@ -51,6 +52,7 @@ class SyncCount:
 
 # Frames of torch's dispatch machinery between a Tensor method and the mode.
 _MACHINERY = {"torch.overrides", "torch._tensor"}
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 def _called_from_torch() -> bool:
@@ -59,8 +61,8 @@ def _called_from_torch() -> bool:
     frame: types.FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_globals.get("__name__") in _MACHINERY:
         frame = frame.f_back
-    module = frame.f_globals.get("__name__", "") if frame is not None else ""
-    return module == "torch" or module.startswith("torch.")
+    # by the file the code was compiled from: a module's ``__name__`` is whatever it says
+    return frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_TORCH_DIR)
 
 
 class _ReadbackCounter(TorchFunctionMode):

@@ -217,6 +217,10 @@ _ATTRS = {
     "__builtins__": "__builtins__",
     "__import__": "__import__",
     "__self__": "__self__",
+    "__reduce__": "__reduce__",
+    "__reduce_ex__": "__reduce__",
+    "__func__": "a method's __func__",
+    "__wrapped__": "__wrapped__",
     "__loader__": "a module's __loader__",
     "_getframe": "sys._getframe",
     "_current_frames": "sys._getframe",
@@ -247,6 +251,8 @@ _ATTRS = {
 }
 _GETATTR = {"__builtin__.getattr", "__builtin__.object.__getattribute__", "__builtin__.type.__getattribute__"}
 _SETATTR = {
+    "functools.update_wrapper",  # copies attributes (``__code__`` too) onto its first argument
+    "functools.wraps",
     "__builtin__.setattr",
     "__builtin__.delattr",
     "__builtin__.object.__setattr__",
@@ -784,6 +790,14 @@ class _Checks:
                 self._call(node, scope)
             elif isinstance(node, ast.Subscript):
                 self._subscript(node, scope)
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value.startswith("__")
+                and (label := _ATTRS.get(node.value))
+            ):
+                # a dunder named in a string (``update_wrapper(f, g, assigned=("__code__",))``)
+                self._add(self.found.doors, label)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 for alias in node.names:
                     full = alias.name if isinstance(node, ast.Import) else f"{node.module or ''}.{alias.name}"

@@ -231,12 +231,7 @@ def _measuring_phase(
         _source(c) for i, c in enumerate(cells) if c.get("cell_type") == "code" and i not in learner_at
     ]
     # a decorator may be a library's, never the learner's own function (its code would run)
-    own = measured.defined_by(learner_sources)
-    imported = {
-        name: what
-        for name, what in measured.imported_by(teaching_sources + learner_sources).items()
-        if name not in own
-    }
+    imported = measured.learner_imports(learner_sources, teaching_sources)
     phase: list[dict[str, Any]] = []
     new_hidden: dict[str, int] = {}
     for i, cell in enumerate(cells[: max(hidden_at) + 1]):

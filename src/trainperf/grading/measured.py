@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 
 from .. import syntax
 
@@ -175,11 +176,18 @@ def _keep_untrusted(node: ast.stmt, imported: dict[str, str]) -> bool:
             return False
         node.body = [s for s in node.body if _keep_untrusted(s, imported)] or [ast.Pass()]
         return True
-    if isinstance(node, ast.Assign):
-        return all(isinstance(t, ast.Name) for t in node.targets) and _inert(node.value)
+    if isinstance(node, ast.Assign):  # never a dunder (``__name__ = "torch.x"``)
+        return all(isinstance(t, ast.Name) and not t.id.startswith("__") for t in node.targets) and _inert(
+            node.value
+        )
     if isinstance(node, ast.AnnAssign):
         node.annotation = ast.Constant(None)
-        return isinstance(node.target, ast.Name) and node.value is not None and _inert(node.value)
+        return (
+            isinstance(node.target, ast.Name)
+            and not node.target.id.startswith("__")
+            and node.value is not None
+            and _inert(node.value)
+        )
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)  # a docstring
 
 
@@ -213,8 +221,7 @@ def definitions_only(source: str, trusted: bool, imported: dict[str, str] | None
     else:
         # the caller's map covers every cell (without names the learner redefines anywhere)
         if imported is None:
-            own = defined_by([source])
-            imported = {k: v for k, v in _imported_names(tree).items() if k not in own}
+            imported = learner_imports([source])
         kept = [node for node in tree.body if _keep_untrusted(node, imported)]
     if not kept:
         return ""
@@ -231,6 +238,15 @@ def _modules(sources: list[str]) -> list[ast.Module]:
             continue
         trees.append(tree)
     return trees
+
+
+def learner_imports(learner: list[str], trusted: Sequence[str] = ()) -> dict[str, str]:
+    """What each name the cells import stands for (the learner's imports last); a name the
+    learner's cells bind with ``def``, ``class`` or ``=`` stands for the learner's own code, so
+    it is never taken for a library decorator or a builtin."""
+    names = imported_by([*trusted, *learner])
+    names.update(dict.fromkeys(defined_by(learner), "<learner>"))
+    return names
 
 
 def imported_by(sources: list[str]) -> dict[str, str]:
