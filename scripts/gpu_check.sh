@@ -9,6 +9,8 @@
 #      (ProfilerStep markers, host-to-device batch copies), each read back with the course's
 #      own helpers to prove they parse;
 #   3. the course model's measured MFU / HFU (helpers.mfu.measure_training) if helpers.mfu exists;
+#      chapter 10's device path (NCCL collectives fitted and an FSDP2 run with >= 2 GPUs; with one
+#      GPU, the line saying the chapter runs gloo on the CPU);
 #   4. a summary: per-chapter GPU seconds, the GPU, torch, MFU, the capstone's baseline and
 #      tuned MFU -> $OUT/summary.json.
 #
@@ -152,6 +154,20 @@ else:
                       "batch": run.batch_size, "seq_len": run.seq_len, "autocast": run.autocast,
                       "seconds": round(time.perf_counter() - t0, 1)}
     print(f"course model MFU {run.mfu:.1%}, HFU {run.hfu:.1%}, step {run.step.median * 1e3:.2f} ms")
+
+# chapter 10's device path: NCCL with one GPU per rank when there are two GPUs or more; with one
+# GPU (or none) the chapter runs gloo on the CPU and says so in one line
+from helpers import distributed
+rank_device, ranks, why = distributed.pick_device("cuda")
+summary["ch10"] = {"device": rank_device, "ranks": ranks, "why": why}
+print("ch10:", why)
+if rank_device == "cuda":
+    table = distributed.measure_collectives(device="cuda", world_size=ranks)
+    print(table)
+    summary["ch10"]["fits"] = {c: str(table.fit(c)) for c in distributed.COLLECTIVES}
+    fsdp_run = distributed.record_fsdp(device="cuda", world_size=ranks, width=4096)
+    print(fsdp_run)
+    summary["ch10"]["fsdp_held"] = fsdp_run.held
 
 capstone = out / "capstone_report" / "report.json"
 if capstone.is_file():

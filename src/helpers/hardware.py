@@ -299,6 +299,46 @@ HOST_LINKS = {
 }
 
 
+@dataclass(frozen=True)
+class Interconnect:
+    """A GPU-to-GPU link for the chapter 10 model (:mod:`helpers.distributed._scale`).
+
+    ``bandwidth``: bytes/s per GPU in ONE direction, from the datasheet named in ``source``.
+    ``alpha_s``: the latency of one ring message. NOT a datasheet figure: an ASSUMED default,
+    of the order of the per-hop latencies in NCCL's own ring cost model (src/graph/tuning.cc,
+    e.g. about 3.4 µs per NVLink hop for its Simple protocol), more over a network. Pass your
+    own (``alpha_s=``) or fit one from measurements (``CollectiveTable.fit``).
+    """
+
+    bandwidth: float
+    alpha_s: float
+    source: str
+
+
+#: GPU-to-GPU links. Datasheets print NVLink as both directions added together; the table
+#: holds half. InfiniBand rates are per port and direction (400 Gb/s = 50 GB/s), with one
+#: port per GPU as in NVIDIA's DGX systems.
+INTERCONNECTS = {
+    "NVLink 3 (A100 SXM)": Interconnect(
+        300e9, 3e-6, "NVIDIA A100 datasheet (2021): NVLink 600 GB/s per GPU, both directions"
+    ),
+    "NVLink 4 (H100 SXM)": Interconnect(
+        450e9, 3e-6, "NVIDIA H100 datasheet (2023): NVLink 900 GB/s per GPU (SXM), both directions"
+    ),
+    "NVLink 5 (B200)": Interconnect(
+        900e9,
+        3e-6,
+        "NVIDIA DGX B200 datasheet (2024): 1.8 TB/s NVLink per GPU (14.4 TB/s for 8), both directions",
+    ),
+    "InfiniBand HDR 200 Gb/s": Interconnect(
+        25e9, 10e-6, "NVIDIA DGX A100 datasheet: 8 single-port ConnectX-6 200 Gb/s HDR, one per GPU"
+    ),
+    "InfiniBand NDR 400 Gb/s": Interconnect(
+        50e9, 10e-6, "NVIDIA DGX H100 datasheet: 8 single-port ConnectX-7 400 Gb/s NDR, one per GPU"
+    ),
+}
+
+
 def _normalise(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower().replace("nvidia", "").replace("tesla", ""))
 

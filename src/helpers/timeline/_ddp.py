@@ -11,6 +11,7 @@ the run is tried again on a new one (:func:`_with_free_port`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import socket
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._validate import count
+from .._validate import count, positive
 from .._validate import flag as _flag
 
 PORT_TRIES = 3  # runs at most when the rendezvous port is taken each time
@@ -78,10 +79,16 @@ def record_ddp(
     layers: int = 8,
     width: int = 256,
     batch: int = 64,
-    bucket_mb: float = 0.25,
+    bucket_mb: float | None = 0.25,
     device: str = "cpu",
     timeout_s: float = 120.0,
     fork: bool | None = None,
+    *,
+    gradient_as_bucket_view: bool = False,
+    static_graph: bool = False,
+    accumulate: int = 1,
+    no_sync: bool = True,
+    record_shapes: bool = False,
 ) -> dict[str, list[Path]]:
     """Train a ``layers``-deep MLP with DistributedDataParallel on ``world_size`` processes and
     profile ``steps`` steady-state steps (after 1 skipped and 1 warm-up step) — twice in the
@@ -91,12 +98,33 @@ def record_ddp(
     Returns ``{phase: [rank0 trace, rank1 trace, ...]}``: files ``<phase>/rank<R>.json.gz`` in
     ``out_dir`` (a new temp folder if None). ``device="cuda"`` uses NCCL, one GPU per rank.
     ``fork`` forces (True) or avoids (False) forking the ranks; None picks.
+
+    DDP's knobs (chapter 10): ``bucket_mb`` is DDP's ``bucket_cap_mb`` (MiB; None: DDP's
+    default, 25 MiB with a 1 MiB first bucket); ``gradient_as_bucket_view`` and
+    ``static_graph`` go to DDP as they are. ``accumulate`` micro-batches of ``batch`` rows make
+    one optimizer step (one profiled step); with ``no_sync`` the first ``accumulate - 1``
+    forward and backward passes run under ``model.no_sync()``, so only the last one
+    all-reduces (``no_sync=False``: every backward all-reduces). ``record_shapes`` records
+    operator input shapes, so a collective's message size can be read from the trace.
     """
     if fork is not None:
         _flag(fork=fork)
-    world_size, steps, layers, width, batch = count(
-        world_size=world_size, steps=steps, layers=layers, width=width, batch=batch
+    _flag(
+        gradient_as_bucket_view=gradient_as_bucket_view,
+        static_graph=static_graph,
+        no_sync=no_sync,
+        record_shapes=record_shapes,
     )
+    world_size, steps, layers, width, batch, accumulate = count(
+        world_size=world_size, steps=steps, layers=layers, width=width, batch=batch, accumulate=accumulate
+    )
+    if bucket_mb is not None:
+        positive(bucket_mb=bucket_mb)
+    if static_graph and no_sync and accumulate > 1:
+        raise ValueError(
+            "static_graph=True with no_sync (accumulate > 1) fails inside DDP (an INTERNAL ASSERT, "
+            "pytorch/pytorch#143580); use no_sync=False or static_graph=False"
+        )
     if slow_rank is not None and not 0 <= slow_rank < world_size:
         raise ValueError(f"slow_rank must be a rank in 0..{world_size - 1}, got {slow_rank}")
     if device not in ("cpu", "cuda"):
@@ -114,15 +142,30 @@ def record_ddp(
         bucket_mb=bucket_mb,
         device=device,
         out=str(out),
+        gradient_as_bucket_view=gradient_as_bucket_view,
+        static_graph=static_graph,
+        accumulate=accumulate,
+        no_sync=no_sync,
+        record_shapes=record_shapes,
     )
     if fork is None:
         fork = device == "cpu" and sys.platform.startswith("linux")
+    if fork:
+        warm_for_fork()
     runner = _run_forked if fork else _run_subprocesses
     errors = _with_free_port(lambda port: runner({**opts, "port": port}, timeout_s))
+    for store in out.glob(".store-*"):  # the rendezvous files of this run and of failed tries
+        store.unlink(missing_ok=True)
     if errors:
         raise RuntimeError("distributed run failed — " + "; ".join(errors))
     phases = ["balanced"] + ([] if slow_rank is None else ["one_slow"])
     return {ph: [out / ph / f"rank{r}.json.gz" for r in range(world_size)] for ph in phases}
+
+
+def warm_for_fork() -> None:
+    """Import in the parent what every forked rank would otherwise import on its own: torch,
+    and torch._dynamo, which DDP's constructor imports (1.6 s per process on a 2-core machine)."""
+    import torch._dynamo  # noqa: F401
 
 
 def _run_forked(opts: dict[str, Any], timeout_s: float) -> list[str]:
@@ -212,41 +255,63 @@ def _train(
     layers: int,
     width: int,
     batch: int,
-    bucket_mb: float,
+    bucket_mb: float | None,
     device: str,
     out: str,
+    gradient_as_bucket_view: bool = False,
+    static_graph: bool = False,
+    accumulate: int = 1,
+    no_sync: bool = True,
+    record_shapes: bool = False,
 ) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # ranks talk over 127.0.0.1 only: gloo's sockets on the loopback interface, and the
+    # rendezvous through a file in the run's folder (a TCP store's server would listen on every
+    # interface of the machine)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     torch.set_num_threads(1)
     cuda = device == "cuda"
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size)
+    store = dist.FileStore(str(Path(out, f".store-{port}")), world_size)
+    dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=rank, world_size=world_size)
     dev = torch.device(f"cuda:{rank % max(1, torch.cuda.device_count())}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(dev)
     torch.manual_seed(0)
     blocks = [m for _ in range(layers) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())]
-    model = DDP(torch.nn.Sequential(*blocks).to(dev), bucket_cap_mb=bucket_mb)
+    model = DDP(
+        torch.nn.Sequential(*blocks).to(dev),
+        bucket_cap_mb=bucket_mb,
+        gradient_as_bucket_view=gradient_as_bucket_view,
+        static_graph=static_graph,
+    )
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    n = batch * (steps + 2)
+    n = batch * accumulate * (steps + 2)
     loader = torch.utils.data.DataLoader(
         torch.utils.data.TensorDataset(torch.randn(n, width), torch.randn(n, width)), batch_size=batch
     )
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     for phase in ["balanced"] + ([] if slow_rank < 0 else ["one_slow"]):
         slow = phase == "one_slow" and rank == slow_rank
-        with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=steps)) as prof:
-            for x, y in loader:
-                if slow:
-                    time.sleep(slow_s)  # the straggler: Python-side work before the forward
-                x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-                loss = torch.nn.functional.mse_loss(model(x), y)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
+        sched = schedule(wait=1, warmup=1, active=steps)
+        with profile(activities=activities, schedule=sched, record_shapes=record_shapes) as prof:
+            batches = iter(loader)
+            for _ in range(steps + 2):
+                for k in range(accumulate):
+                    x, y = next(batches)
+                    if slow:
+                        time.sleep(slow_s)  # the straggler: Python-side work before the forward
+                    x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+                    # DDP decides in the forward whether the coming backward all-reduces
+                    skip = no_sync and k < accumulate - 1
+                    with model.no_sync() if skip else contextlib.nullcontext():
+                        loss = torch.nn.functional.mse_loss(model(x), y)
+                        if k == 0:
+                            opt.zero_grad(set_to_none=True)
+                        (loss / accumulate if accumulate > 1 else loss).backward()
                 opt.step()
                 prof.step()
         Path(out, phase).mkdir(parents=True, exist_ok=True)
@@ -256,7 +321,7 @@ def _train(
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="one rank of helpers.timeline.record_ddp")
-    for name, typ in [
+    required: list[tuple[str, Callable[[str], Any]]] = [
         ("rank", int),
         ("world-size", int),
         ("port", int),
@@ -266,12 +331,35 @@ def main(argv: list[str] | None = None) -> None:
         ("layers", int),
         ("width", int),
         ("batch", int),
-        ("bucket-mb", float),
+        ("bucket-mb", _mb),
         ("device", str),
         ("out", str),
-    ]:
+    ]
+    for name, typ in required:
         p.add_argument(f"--{name}", type=typ, required=True)
+    # chapter 10's knobs: optional, so a command line without them trains as chapter 4 does
+    optional: list[tuple[str, Callable[[str], Any], object]] = [
+        ("gradient-as-bucket-view", _yes, False),
+        ("static-graph", _yes, False),
+        ("accumulate", int, 1),
+        ("no-sync", _yes, True),
+        ("record-shapes", _yes, False),
+    ]
+    for name, typ, default in optional:
+        p.add_argument(f"--{name}", type=typ, default=default)
     _train(**vars(p.parse_args(argv)))
+
+
+def _yes(text: str) -> bool:
+    """A flag as :func:`_run_subprocesses` writes it (``str(True)``)."""
+    if text not in ("True", "False"):
+        raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
+    return text == "True"
+
+
+def _mb(text: str) -> float | None:
+    """A bucket size in MiB, or ``None`` (DDP's default) as ``str(None)`` writes it."""
+    return None if text == "None" else float(text)
 
 
 if __name__ == "__main__":
