@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._validate import count, flag, positive
+from .._validate import flag as _flag
 from ._launch import pick_device, run_ranks
 from ._ring import COLLECTIVES, AlphaBetaFit, _collective, fit_alpha_beta, ring_bytes
 
@@ -197,6 +198,7 @@ def measure_collectives(
     timing (default 3 s when ``quick``, else 30 s). On the course's 2-core CPU machine about
     one small-message sample in five takes 3-4 ms instead of ~0.4 ms (a rank waiting for a
     core), so a median needs a dozen rounds or more; the quick default takes about 5 s."""
+    _flag(quick=quick)
     flag(quick=quick)
     (world_size,) = count(world_size=world_size)
     if isinstance(collectives, str):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .._validate import count, flag, positive, unknown
+from .._validate import flag as _flag
 from ._launch import pick_device, run_ranks
 from ._shards import ledger_share, rank_state_bytes
 
@@ -220,6 +221,7 @@ class FsdpRun:
 
     def expected(self, padded: bool = False) -> list[dict[str, int]]:
         """Per rank, the bytes :func:`~helpers.distributed._shards.rank_state_bytes` computes."""
+        _flag(padded=padded)
         n = self.settings["world_size"]
         return [rank_state_bytes(self.full["shapes"], n, r, padded=padded) for r in range(n)]
 
@@ -305,6 +307,7 @@ def record_fsdp(
     ``mixed_precision`` computes in bf16 and reduces gradients in fp32. ``slow_rank`` sleeps
     ``slow_s`` seconds before every forward (a straggler). ``device="auto"`` takes NCCL when
     two GPUs are visible, else gloo on CPU."""
+    _flag(reshard_after_forward=reshard_after_forward, prefetch=prefetch, mixed_precision=mixed_precision)
     from ._fsdp_trace import collectives_by_step
 
     setting = _setting(wrap, reshard_after_forward, prefetch, mixed_precision)
@@ -365,6 +368,7 @@ def fsdp_bytes_per_step(
     after the forward, and the reduce-scatter of the gradients (S = ``grad_bytes``, default
     ``param_bytes``; in the reduce dtype). Keys: ``forward_all_gather``,
     ``backward_all_gather``, ``reduce_scatter``, ``total``."""
+    _flag(reshard_after_forward=reshard_after_forward)
     from ._ring import ring_bytes  # written in parallel by another helper: imported when used
 
     positive(param_bytes=param_bytes)

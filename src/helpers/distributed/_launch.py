@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .._validate import count
+from .._validate import flag as _flag
 from ..timeline._ddp import _wait_ranks, _with_free_port, warm_for_fork
 
 #: Environment of every CPU rank: rendezvous and gloo's sockets on the loopback interface.
@@ -66,6 +67,8 @@ def run_ranks(
     """Run ``target`` (``"package.module:function"``) on ``world_size`` ranks and return what
     each rank's call returned, in rank order. The process group is made before the call and
     destroyed after it; ``opts`` (plain JSON data) are passed on as keyword arguments."""
+    if fork is not None:
+        _flag(fork=fork)
     (world_size,) = count(world_size=world_size)
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")

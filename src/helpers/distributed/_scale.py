@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .._validate import count, flag, positive, unknown
+from .._validate import flag as _flag
 from ..hardware import INTERCONNECTS, Interconnect
 from ..timeline._schedule import bucket_sizes, bucketed_allreduce_time, overlapped_backward
 from ._ring import ring_bytes, ring_time
@@ -136,6 +137,7 @@ def predict_step(
     communication the model's schedule can hide that really hides (1: all of it; 0: none, as
     if communication ran after compute; below 1 stands for contention between the two).
     ``reshard_after_forward`` (FSDP): gather the parameters again for the backward."""
+    _flag(reshard_after_forward=reshard_after_forward)
     positive(n_params=n_params, compute_s=compute_s, grad_bytes_per_param=grad_bytes_per_param)
     positive(param_bytes_per_param=param_bytes_per_param, bucket_bytes=bucket_bytes)
     (n,) = count(world_size=world_size)

@@ -20,6 +20,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from .._validate import count, flag
+from .._validate import flag as _flag
 from ..memory._ledger import OPTIMIZER_STATES, _optimizer, model_state_bytes
 
 
@@ -72,6 +73,7 @@ def rank_state_bytes(
     allocates for parameters and gradients: every rank stores a full chunk, ceil(rows / n)
     rows, even a rank whose shard is shorter or empty (the states stay unpadded).
     """
+    _flag(padded=padded)
     (world_size, dtype_bytes) = count(world_size=world_size, dtype_bytes=dtype_bytes)
     flag(padded=padded)
     states = OPTIMIZER_STATES[_optimizer(optimizer)]
