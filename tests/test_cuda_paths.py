@@ -772,7 +772,29 @@ def test_the_capstone_report_on_a_gpu_lists_kernels_and_the_gpu_idle_share():
 
 # --------------------------------------------------------------------------- coverage guard
 
+
+def test_chapter_10_takes_nccl_only_with_a_gpu_per_rank(monkeypatch):
+    """With one visible GPU chapter 10 runs gloo on the CPU and says why (NCCL needs one GPU per
+    rank); with two it takes NCCL, and asks for no more ranks than GPUs."""
+    from helpers.distributed import _collectives, _fsdp, _launch
+
+    for gpus, want in ((0, "cpu"), (1, "cpu"), (2, "cuda")):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda g=gpus: g > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda g=gpus: g)
+        assert _launch.pick_device("auto")[0] == want == _launch.pick_device("cuda")[0]
+        assert _fsdp._common(2, 4, 8, 2, "auto")[-1] == want
+    with pytest.raises(ValueError, match="needs 3 GPUs; 2 visible"):
+        _fsdp._common(3, 4, 8, 2, "cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    table = _collectives.measure_collectives([4096, 65536, 1 << 20], ["all_reduce"], repeats=3, device="auto")
+    assert table.device == "cpu" and table.backend == "gloo" and len(table.rows) == 3
+
+
 COVERED = {  # function -> the test(s) above that exercise its CUDA branch
+    "distributed._launch.pick_device": "test_chapter_10_takes_nccl_only_with_a_gpu_per_rank",
+    "distributed._fsdp._common": "test_chapter_10_takes_nccl_only_with_a_gpu_per_rank",
+    "distributed._collectives.measure_collectives": "test_chapter_10_takes_nccl_only_with_a_gpu_per_rank",
     "bench._timing._Timer": "test_compare_speed_times_each_sample_with_cuda_events",
     "bench._timing.resolve_device": "test_auto_and_cuda_resolve_to_the_gpu_when_one_is_visible",
     "bench._timing.synchronize": "test_synchronize_waits_on_cuda_only",
@@ -820,8 +842,20 @@ COVERED = {  # function -> the test(s) above that exercise its CUDA branch
     "report.examples._row": "test_the_capstone_report_on_a_gpu_lists_kernels_and_the_gpu_idle_share",
 }
 # CUDA code no CPU test can run, with the reason; the GPU script is where it is proven.
+_NCCL = (
+    "NCCL process group, one GPU per rank: needs >= 2 GPUs "
+    "(pick_device, tested above, never picks it with fewer)"
+)
 NOT_ON_CPU = {
     "timeline._ddp._train": "NCCL process group, one GPU per rank: needs >= 2 GPUs (chapter 4 guards it)",
+    "distributed._collectives._time_collectives": _NCCL,
+    "distributed._compare.time_interleaved": _NCCL,
+    "distributed._ddp_ranks._buckets_rank": _NCCL,
+    "distributed._ddp_ranks._settings_rank": _NCCL,
+    "distributed._fsdp._record_rank": _NCCL,
+    "distributed._launch._rank_main": _NCCL,
+    "distributed._launch.run_ranks": _NCCL,
+    "distributed._torchrun.run_as_torchrun_rank": _NCCL,
 }
 
 
