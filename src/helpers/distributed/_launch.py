@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import multiprocessing
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,7 +27,7 @@ from typing import Any
 
 from .._validate import count
 from .._validate import flag as _flag
-from ..timeline._ddp import _wait_ranks, _with_free_port, warm_for_fork
+from ..timeline._ddp import _with_free_port, run_forked, run_subprocesses, warm_for_fork
 
 #: Environment of every CPU rank: rendezvous and gloo's sockets on the loopback interface.
 LOOPBACK_ENV = {"MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo"}
@@ -118,79 +116,14 @@ def _rank_main(rank: int, job: dict[str, Any]) -> None:
 
 
 def _run_forked(job: dict[str, Any], timeout_s: float) -> list[str]:
-    ctx = multiprocessing.get_context("fork")
-    n = job["world_size"]
-    for r in range(n):  # an earlier try's notes
-        Path(job["out"], f"rank{r}.error").unlink(missing_ok=True)
-    procs = [ctx.Process(target=_forked_rank, args=(r, job), daemon=True) for r in range(n)]
-    for p in procs:
-        p.start()
-    try:
-        timed_out = _wait_ranks(lambda: [p.exitcode for p in procs], timeout_s)
-    finally:  # an interrupted cell (KeyboardInterrupt) must not leave ranks behind
-        errors = []
-        for r, p in enumerate(procs):
-            if p.is_alive():
-                p.kill()
-                p.join()
-                if timed_out:
-                    errors.append(f"rank {r} took longer than {timeout_s:.0f} s and was stopped")
-            elif p.exitcode != 0:
-                note = Path(job["out"]) / f"rank{r}.error"
-                message = note.read_text().strip() if note.exists() else f"exit code {p.exitcode}"
-                errors.append(f"rank {r}: {message}")
-    return errors
-
-
-def _forked_rank(rank: int, job: dict[str, Any]) -> None:
-    devnull = os.open(os.devnull, os.O_WRONLY)  # gloo's and the profiler's chatter stays out
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    try:
-        _rank_main(rank, job)
-    except BaseException as err:  # noqa: BLE001 — report the reason to the parent, then fail
-        first = (str(err).strip().splitlines() or [""])[0]
-        Path(job["out"], f"rank{rank}.error").write_text(f"{type(err).__name__}: {first}"[:500])
-        os._exit(1)
-    os._exit(0)  # skip the parent's atexit handlers and buffers
+    return run_forked(lambda rank: _rank_main(rank, job), job["world_size"], job["out"], timeout_s)
 
 
 def _run_subprocesses(job: dict[str, Any], timeout_s: float) -> list[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    src = str(Path(__file__).resolve().parents[2])  # so a source checkout works uninstalled too
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    logs = [
-        tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 — closed below
-        for _ in range(job["world_size"])
-    ]
-    errors: list[str] = []
-    procs: list[subprocess.Popen] = []
-    try:
-        for r, log in enumerate(logs):
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "helpers.distributed._launch", f"--rank={r}", json.dumps(job)],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                )
-            )
-        timed_out = _wait_ranks(lambda: [p.poll() for p in procs], timeout_s)
-        for r, (p, log) in enumerate(zip(procs, logs, strict=True)):
-            if p.poll() not in (None, 0):
-                log.seek(0)
-                lines = [ln for ln in log.read().splitlines() if ln.strip() and not ln.startswith("USDT")]
-                errors.append(f"rank {r} exited {p.returncode}: {lines[-1] if lines else 'no message'}")
-        if timed_out:
-            errors.append(f"the run took longer than {timeout_s:.0f} s and was stopped")
-    finally:
-        for p in procs:  # past the time limit, waiting for a rank that failed, or interrupted
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for log in logs:
-            log.close()
-    return errors
+    def argv(rank: int) -> list[str]:
+        return [sys.executable, "-m", "helpers.distributed._launch", f"--rank={rank}", json.dumps(job)]
+
+    return run_subprocesses(argv, job["world_size"], timeout_s)
 
 
 def main(argv: list[str] | None = None) -> None:

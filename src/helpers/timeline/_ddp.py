@@ -169,77 +169,90 @@ def warm_for_fork() -> None:
 
 
 def _run_forked(opts: dict[str, Any], timeout_s: float) -> list[str]:
+    return run_forked(lambda rank: _train(rank, **opts), opts["world_size"], opts["out"], timeout_s)
+
+
+def _run_subprocesses(opts: dict[str, Any], timeout_s: float) -> list[str]:
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items()]
+    module = "helpers.timeline._ddp"
+    return run_subprocesses(
+        lambda r: [sys.executable, "-m", module, f"--rank={r}", *args], opts["world_size"], timeout_s
+    )
+
+
+def run_forked(body: Callable[[int], None], world_size: int, out: str, timeout_s: float) -> list[str]:
+    """``body(rank)`` in one forked process per rank (Linux, CPU). Returns one line per rank that
+    failed (its reason, from ``out/rank<R>.error``) or ran past ``timeout_s``; every rank still
+    running at the end, or when the caller is interrupted, is killed. Shared with chapter 10's
+    :func:`helpers.distributed.run_ranks`."""
     ctx = multiprocessing.get_context("fork")
-    for r in range(opts["world_size"]):  # an earlier try's notes
-        Path(opts["out"], f"rank{r}.error").unlink(missing_ok=True)
-    procs = [ctx.Process(target=_forked_rank, args=(r, opts), daemon=True) for r in range(opts["world_size"])]
+    for r in range(world_size):  # an earlier try's notes
+        Path(out, f"rank{r}.error").unlink(missing_ok=True)
+    procs = [ctx.Process(target=_forked_rank, args=(body, r, out), daemon=True) for r in range(world_size)]
     for p in procs:
         p.start()
-    timed_out = _wait_ranks(lambda: [p.exitcode for p in procs], timeout_s)
-    errors = []
-    for r, p in enumerate(procs):
-        if p.is_alive():  # past the time limit, or waiting for a rank that failed
-            p.kill()
-            p.join()
-            if timed_out:
-                errors.append(f"rank {r} took longer than {timeout_s:.0f} s and was stopped")
-        elif p.exitcode != 0:
-            note = Path(opts["out"]) / f"rank{r}.error"
-            message = note.read_text().strip() if note.exists() else f"exit code {p.exitcode}"
-            errors.append(f"rank {r}: {message}")
+    timed_out = False
+    try:
+        timed_out = _wait_ranks(lambda: [p.exitcode for p in procs], timeout_s)
+    finally:  # an interrupted cell (KeyboardInterrupt) must not leave ranks behind
+        errors = []
+        for r, p in enumerate(procs):
+            if p.is_alive():  # past the time limit, or waiting for a rank that failed
+                p.kill()
+                p.join()
+                if timed_out:
+                    errors.append(f"rank {r} took longer than {timeout_s:.0f} s and was stopped")
+            elif p.exitcode != 0:
+                note = Path(out) / f"rank{r}.error"
+                message = note.read_text().strip() if note.exists() else f"exit code {p.exitcode}"
+                errors.append(f"rank {r}: {message}")
     return errors
 
 
-def _forked_rank(rank: int, opts: dict[str, Any]) -> None:
+def _forked_rank(body: Callable[[int], None], rank: int, out: str) -> None:
     # keep the profiler's and gloo's console chatter out of the parent's (notebook's) output
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     try:
-        _train(rank, **opts)
+        body(rank)
     except BaseException as err:  # noqa: BLE001 — report the reason to the parent, then fail
         first = (str(err).strip().splitlines() or [""])[0]
-        Path(opts["out"], f"rank{rank}.error").write_text(f"{type(err).__name__}: {first}"[:500])
+        Path(out, f"rank{rank}.error").write_text(f"{type(err).__name__}: {first}"[:500])
         os._exit(1)
     os._exit(0)  # skip the parent's atexit handlers and buffers
 
 
-def _run_subprocesses(opts: dict[str, Any], timeout_s: float) -> list[str]:
+def run_subprocesses(argv: Callable[[int], list[str]], world_size: int, timeout_s: float) -> list[str]:
+    """One ``python`` process per rank, started with ``argv(rank)`` (CUDA runs, and platforms
+    without fork). Returns one line per rank that failed (the last line it wrote to stderr) and
+    one if the run ran past ``timeout_s``; every rank still running at the end is killed."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     src = str(Path(__file__).resolve().parents[2])  # so a source checkout works uninstalled too
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    args = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items()]
     # stderr to files, not pipes: a rank that writes more than a pipe holds never blocks
     logs = [
         tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 — closed below
-        for _ in range(opts["world_size"])
+        for _ in range(world_size)
     ]
     errors: list[str] = []
+    procs: list[subprocess.Popen] = []
     try:
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "helpers.timeline._ddp", f"--rank={r}", *args],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
-            for r, log in enumerate(logs)
-        ]
-        try:
-            timed_out = _wait_ranks(lambda: [p.poll() for p in procs], timeout_s)
-            for r, (p, log) in enumerate(zip(procs, logs, strict=True)):
-                if p.poll() not in (None, 0):
-                    log.seek(0)
-                    lines = [ln for ln in log.read().splitlines() if ln.strip() and not ln.startswith("USDT")]
-                    errors.append(f"rank {r} exited {p.returncode}: {lines[-1] if lines else 'no message'}")
-            if timed_out:
-                errors.append(f"the run took longer than {timeout_s:.0f} s and was stopped")
-        finally:
-            for p in procs:  # past the time limit, or waiting for a rank that failed
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+        for r, log in enumerate(logs):
+            procs.append(subprocess.Popen(argv(r), env=env, stdout=subprocess.DEVNULL, stderr=log))
+        timed_out = _wait_ranks(lambda: [p.poll() for p in procs], timeout_s)
+        for r, (p, log) in enumerate(zip(procs, logs, strict=True)):
+            if p.poll() not in (None, 0):
+                log.seek(0)
+                lines = [ln for ln in log.read().splitlines() if ln.strip() and not ln.startswith("USDT")]
+                errors.append(f"rank {r} exited {p.returncode}: {lines[-1] if lines else 'no message'}")
+        if timed_out:
+            errors.append(f"the run took longer than {timeout_s:.0f} s and was stopped")
     finally:
+        for p in procs:  # past the time limit, waiting for a rank that failed, or interrupted
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         for log in logs:
             log.close()
     return errors
