@@ -8,7 +8,11 @@ does in one line, and is skipped when what it makes is already there:
    checkout (made here if missing; it sees the system's packages when the system Python
    already has torch, so a preinstalled torch, as in Colab, is kept);
 2. torch: kept when installed; otherwise pip installs it, from PyTorch's CPU wheel index when
-   no NVIDIA GPU answers ``nvidia-smi`` (PyPI's default torch is the multi-gigabyte CUDA build);
+   no NVIDIA GPU answers ``nvidia-smi`` (PyPI's default torch is the multi-gigabyte CUDA build).
+   An index other than pip's own is probed first with one quick request: when it cannot be
+   reached, one line says so and torch comes from pip's own index instead (an index set in
+   ``TRAINPERF_TORCH_INDEX`` is not replaced: the set-up stops, saying what to do); when it
+   answers, pip gets it with few retries, so a flaky index fails in seconds, not minutes;
 3. the course, ``pip install -e ".[course]"`` (the ``dev`` extra for the tests: the course plus
    pytest, ruff, mypy and the release tools), unless every requirement is already met by an
    editable install of this checkout;
@@ -22,13 +26,19 @@ own configured index; default: PyTorch's CPU index without a GPU, pip's index wi
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +48,11 @@ MODES = {"notebooks": "run-notebooks", "tests": "run-tests"}
 # The extra each mode installs: the notebooks need the course tooling; the tests its dev tools too.
 EXTRAS = {"notebooks": "course", "tests": "dev"}
 OLDEST_PYTHON = (3, 10)
+PROBE_TIMEOUT_S = 5.0  # the longest the probe of a torch index waits, name lookup included
+# pip's options for a torch index other than pip's own: pip's defaults (5 retries with growing
+# pauses, for every file of torch and each of its dependencies) turn an index that fails into
+# minutes of "Retrying" lines
+INDEX_PIP_OPTIONS = ["--retries", "1", "--timeout", "15"]
 
 
 class SetupError(Exception):
@@ -79,6 +94,53 @@ def torch_install_command(python: Path, environ: dict[str, str], has_gpu: bool) 
     if index != "default":
         command += ["--index-url", index]
     return command
+
+
+def _why(error: BaseException) -> str:
+    """An error of the probe in a few words ("Name or service not known", "Connection refused")."""
+    reason = getattr(error, "reason", None)
+    if isinstance(error, urllib.error.URLError) and isinstance(reason, BaseException):
+        return _why(reason)
+    text = getattr(error, "strerror", None) or str(reason or error) or type(error).__name__
+    return str(text).strip()
+
+
+def probe_index(url: str, timeout: float = PROBE_TIMEOUT_S, proxy: str | None = None) -> str:
+    """Why pip could not reach the package index at ``url``, in a few words; ``""`` when it can.
+
+    One HEAD request. Any HTTP answer, an error status included, means the server is reachable
+    (pip then says what it lacks), and so does a TLS error: pip has certificate settings of its
+    own. The whole probe, name lookup included, takes at most ``timeout`` seconds. ``proxy``:
+    pip's proxy (``PIP_PROXY``); the usual ``https_proxy`` variables apply as they do to pip.
+    Only ``http(s)://`` URLs are probed: pip reads a local index without a network.
+    """
+    if not url.lower().startswith(("http://", "https://")):
+        return ""
+    parts = urllib.parse.urlsplit(url)  # credentials in the URL: not needed to see a server answer
+    url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    answer: list[str] = []
+
+    def attempt() -> None:
+        handlers = [urllib.request.ProxyHandler({"http": proxy, "https": proxy})] if proxy else []
+        request = urllib.request.Request(
+            url.rstrip("/") + "/", method="HEAD", headers={"User-Agent": "trainperf-bootstrap"}
+        )
+        try:
+            with urllib.request.build_opener(*handlers).open(request, timeout=timeout):
+                answer.append("")
+        except urllib.error.HTTPError:
+            answer.append("")  # the server answered
+        except urllib.error.URLError as error:
+            answer.append("" if isinstance(error.reason, ssl.SSLError) else _why(error))
+        except ssl.SSLError:
+            answer.append("")
+        except (OSError, ValueError, http.client.HTTPException) as error:
+            answer.append(_why(error))
+
+    thread = threading.Thread(target=attempt, name="probe-index", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return answer[0] if answer else f"no answer within {timeout:g} s"
 
 
 def has_nvidia_gpu() -> bool:
@@ -188,6 +250,34 @@ def _step(name: str, what: str, command: list[str], env: dict[str, str], advice:
     _say(name, f"  done in {time.monotonic() - start:.0f} s")
 
 
+def _index_of(command: list[str]) -> str | None:
+    """The ``--index-url`` of a pip command; None for pip's own index."""
+    return command[command.index("--index-url") + 1] if "--index-url" in command else None
+
+
+def _reachable_index(
+    name: str, command: list[str], index: str, environ: dict[str, str], gpu: bool
+) -> list[str]:
+    """``command`` with few retries when ``index`` answers the probe; pip's own index in one
+    line when the course's default index does not; a :class:`SetupError` when the index the
+    user set in ``TRAINPERF_TORCH_INDEX`` does not."""
+    why = probe_index(index, proxy=environ.get("PIP_PROXY") or None)
+    if not why:
+        return [*command, *INDEX_PIP_OPTIONS]
+    if environ.get("TRAINPERF_TORCH_INDEX"):
+        raise SetupError(
+            f"TRAINPERF_TORCH_INDEX={index} cannot be reached ({why}); check the URL, or set "
+            "TRAINPERF_TORCH_INDEX=default to install torch from pip's own index"
+        )
+    _say(
+        name,
+        f"PyTorch's index {index} cannot be reached ({why}): installing torch from pip's own "
+        "index instead (on Linux that is the large CUDA build; for the CPU build set "
+        "TRAINPERF_TORCH_INDEX to a mirror of PyTorch's CPU index, or install torch first)",
+    )
+    return torch_install_command(Path(command[0]), {**environ, "TRAINPERF_TORCH_INDEX": "default"}, gpu)
+
+
 def set_up(name: str, environ: dict[str, str], extra: str = "course") -> tuple[Path, dict[str, str]]:
     """Steps 1-3 (the course with ``extra``); returns the environment's Python and the variables
     the job runs with."""
@@ -223,11 +313,20 @@ def set_up(name: str, environ: dict[str, str], extra: str = "course") -> tuple[P
     else:
         gpu = has_nvidia_gpu()
         command = torch_install_command(chosen.python, environ, gpu)
-        source = "pip's index" if "--index-url" not in command else command[-1]
-        build = "an NVIDIA GPU answered, so the CUDA build" if gpu else "no NVIDIA GPU, so the CPU build"
+        index = _index_of(command)
+        if index is not None:
+            command = _reachable_index(name, command, index, environ, gpu)
+            index = _index_of(command)
+        if gpu and index is None:
+            build = "an NVIDIA GPU answered, so the CUDA build, "
+        elif index == CPU_INDEX:
+            build = "no NVIDIA GPU, so the CPU build, "
+        else:
+            build = ""
+        source = index or "pip's index"
         _step(
             name,
-            f"installing torch ({build}, from {source}).",
+            f"installing torch ({build}from {source}).",
             command,
             env,
             "install torch yourself (https://pytorch.org/get-started/locally/) and run this "

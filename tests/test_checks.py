@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from helpers import _records, checks, roofline
@@ -214,3 +216,97 @@ def test_each_case_runs_on_its_own():
     assert answers[1].startswith("raised ZeroDivisionError: ")
     with pytest.raises(checks.CheckFailed):  # the crashed case fails its own comparison
         checks.equal(answers[1], 0, "10 / 0")
+
+
+# ------------------------------------------------ what a learner sees when a check fails
+# Issue 42: the traceback above a check's message showed the course's frames (helpers/checks.py,
+# _fail). In a notebook it shows the learner's frames and the message only.
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # IPython colours its tracebacks
+
+
+def _run_cells(sources: list[str]) -> list[dict]:
+    """Execute ``sources`` as the cells of one notebook in a real kernel; each cell's outputs."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=120).execute()
+    return [cell.outputs for cell in nb.cells]
+
+
+def _error(outputs: list[dict]) -> tuple[str, str, str]:
+    (error,) = [o for o in outputs if o["output_type"] == "error"]
+    return error["ename"], error["evalue"], ANSI.sub("", "\n".join(error["traceback"]))
+
+
+def test_a_failed_check_in_a_notebook_shows_the_learners_frames_and_the_message_only():
+    outputs = _run_cells(
+        [
+            "from helpers import checks\ndef answer():\n    return 0\n"
+            "def verify(x):\n    checks.close(x, 1.0, 'x in my own check')\n",
+            "checks.equal(answer(), 2, 'the answer', hint='add one')",
+            "checks.hidden.close(answer(), 'the hidden answer', expect=lambda: 2.0)",
+            "verify(0.5)",
+            "1 / answer()",
+        ]
+    )
+    for cell, line, message in (
+        (1, "checks.equal(answer(), 2, 'the answer', hint='add one')", "✗ the answer: expected 2, got 0."),
+        (2, "checks.hidden.close(answer(), 'the hidden answer'", "✗ the hidden answer: expected 2, got 0."),
+        (3, "verify(0.5)", "✗ x in my own check: expected 1, got 0.5."),
+    ):
+        ename, evalue, shown = _error(outputs[cell])
+        assert ename == "CheckFailed" and evalue.startswith(message)  # nbgrader: the cell failed
+        assert line in shown and f"CheckFailed: {message}" in shown, shown
+        assert "helpers/checks.py" not in shown and "_fail" not in shown and "hidden frame" not in shown, (
+            shown
+        )
+    assert "Hint: add one" in _error(outputs[1])[2]
+    assert "checks.close(x, 1.0, 'x in my own check')" in _error(outputs[3])[2]  # the learner's function
+    ename, _, shown = _error(outputs[4])  # any other error keeps its whole traceback
+    assert ename == "ZeroDivisionError" and "1 / answer()" in shown
+
+
+def test_outside_ipython_a_failed_check_keeps_its_full_traceback():
+    import traceback
+
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.equal(0, 2, "the answer")
+    shown = "".join(traceback.format_exception(info.value))
+    assert "checks.py" in shown and "_fail" in shown  # pytest and plain Python: unchanged
+    assert checks.CheckFailed("m")._render_traceback_() == ["CheckFailed: m"]  # no IPython shell here
+
+
+# ------------------------------------------------ a visible check must catch the exercise's mistake
+# Issue 42: in chapter 4's exercise 6, `return 0` got "✓ the slower rank of the shipped
+# ddp_one_slow run" and 0/2 when graded. The visible checks now move the slow rank and add a
+# balanced run, so no constant passes them.
+
+
+def _student_cell(chapter: str, grade_id: str) -> str:
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / chapter / f"{chapter}.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return next(
+        "".join(c["source"]) for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id
+    )
+
+
+@pytest.mark.parametrize("constant", [0, 1, None])
+def test_no_constant_answer_passes_the_visible_checks_of_chapter_4_exercise_6(constant, capsys):
+    from helpers import timeline
+
+    learner = {"timeline": timeline, "checks": checks, "find_straggler": lambda breakdowns_by_rank: constant}
+    with pytest.raises(checks.CheckFailed, match="expected"):
+        exec(_student_cell("04_timeline", "ex6_straggler_test"), learner)
+
+
+def test_a_right_answer_passes_the_visible_checks_of_chapter_4_exercise_6(capsys):
+    from helpers import timeline
+
+    learner = {"timeline": timeline, "checks": checks, "find_straggler": timeline.straggler}
+    exec(_student_cell("04_timeline", "ex6_straggler_test"), learner)
+    assert capsys.readouterr().out.count("✓") == 3

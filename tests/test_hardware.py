@@ -226,3 +226,120 @@ def test_the_copy_buffer_is_eight_times_the_last_level_cache_or_says_what_it_ass
     assert mib == 8 * hardware.ASSUMED_LLC_BYTES // 2**20 and "assumed 32 MiB cache (no sysfs)" in note
     monkeypatch.setattr(hardware, "last_level_cache", lambda device: (2 * 2**20, "L2"))
     assert hardware.main_memory_copy_mib("cpu", least_mib=64)[0] == 64  # never below the floor
+
+
+# ------------------------------------------------ the copy buffer: cache per CPU, memory available
+# Issue 42: a VM's sysfs reported a 480 MiB L3, so chapter 1 copied 3840 MiB (8.3 GB at peak).
+
+
+def _sysfs_l3(tmp_path, size: str, shared: str | None):
+    sysfs = _fake_sysfs(tmp_path, [(1, "Data", "32K"), (2, "Unified", "1024K"), (3, "Unified", size)])
+    if shared is not None:
+        (tmp_path / "index2" / "shared_cpu_list").write_text(f"{shared}\n")
+    return sysfs
+
+
+def test_an_implausible_cache_per_cpu_is_not_believed_and_the_source_says_so(tmp_path):
+    size, source = hardware.last_level_cache("cpu", sysfs=_sysfs_l3(tmp_path, "491520K", "0-1"))
+    assert size == 2 * hardware.PLAUSIBLE_LLC_PER_CPU == 64 * 2**20
+    assert source == (
+        "the CPU's L3 cache (Linux sysfs reports 480 MiB, 240 MiB per CPU that shares it: more "
+        "than 32 MiB per CPU, so 64 MiB is assumed)"
+    )
+
+
+@pytest.mark.parametrize(
+    "size,shared,expected",
+    [("32768K", "0-1", 32), ("491520K", "0-15,32-47", 480), ("98304K", "0", 32), ("491520K", None, 480)],
+)
+def test_the_cache_is_one_instance_checked_against_the_cpus_sharing_it(tmp_path, size, shared, expected):
+    # 480 MiB for 32 CPUs is 15 MiB each: believed; a CPU list sysfs does not give cannot be checked
+    assert hardware.last_level_cache("cpu", sysfs=_sysfs_l3(tmp_path, size, shared))[0] == expected * 2**20
+
+
+def test_cpu_lists_are_counted():
+    assert [hardware._cpu_count(s) for s in ("0", "0-1", "0-3,8-11\n", "2,4,6")] == [1, 2, 8, 3]
+
+
+def _files(tmp_path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+MEMINFO = "MemTotal:        8000000 kB\nMemFree:          500000 kB\nMemAvailable:    6000000 kB\n"
+
+
+def test_available_memory_is_memavailable_or_a_containers_smaller_headroom(tmp_path):
+    _files(tmp_path, {"meminfo": MEMINFO, "self_cgroup": "0::/\n"})
+    args = {"meminfo": str(tmp_path / "meminfo"), "cgroup_root": str(tmp_path / "cg")}
+    found = hardware.available_memory(**args, self_cgroup=str(tmp_path / "self_cgroup"))
+    assert found == (6000000 * 1024, "MemAvailable in /proc/meminfo")  # no cgroup files: no limit
+    # cgroup v2, the process in /job: limit 2 GiB, 1.5 GiB used of which 0.5 GiB droppable cache
+    _files(
+        tmp_path,
+        {
+            "self_cgroup": "0::/job\n",
+            "cg/job/memory.max": f"{2 * 2**30}\n",
+            "cg/job/memory.current": f"{3 * 2**29}\n",
+            "cg/job/memory.stat": f"anon 123\ninactive_file {2**29}\n",
+        },
+    )
+    limited = hardware.available_memory(**args, self_cgroup=str(tmp_path / "self_cgroup"))
+    assert limited == (2**30, "the memory limit of this container (cgroup) less what it uses")
+    # cgroup v1: "no limit" is a huge number, so MemAvailable stands
+    _files(
+        tmp_path,
+        {
+            "self_cgroup": "4:memory:/box\n0::/\n",
+            "cg/memory/box/memory.limit_in_bytes": "9223372036854771712\n",
+            "cg/memory/box/memory.usage_in_bytes": "5898240\n",
+        },
+    )
+    assert hardware.available_memory(**args, self_cgroup=str(tmp_path / "self_cgroup"))[0] == 6000000 * 1024
+
+
+def test_the_copy_is_bounded_by_the_memory_available_and_says_which_bound_applied(monkeypatch):
+    l3 = (480 * 2**20, "the CPU's L3 cache (Linux sysfs)")
+    monkeypatch.setattr(hardware, "last_level_cache", lambda device: l3)
+    laptop = (7800 * 2**20, "MemAvailable in /proc/meminfo")  # an 8 GB laptop
+    mib, note = hardware.main_memory_copy_mib("cpu", least_mib=64, available=laptop)
+    assert 2 * mib <= 7800 / 4 and mib == 975  # the two buffers: at most a quarter
+    first, second = note.split("\n")
+    assert first == (
+        "975 MiB is 2.03x the CPU's L3 cache (Linux sysfs) of 480 MiB, so the copy reads and writes "
+        "main memory"
+    )
+    assert second == (
+        "bounded by the memory available, not by the cache: 8x the cache needs two buffers of 3840 MiB, "
+        "and the two may take at most 25% of the 7800 MiB available (MemAvailable in /proc/meminfo)"
+    )
+    small = (1000 * 2**20, "MemAvailable in /proc/meminfo")  # under twice the cache: it says so
+    mib, note = hardware.main_memory_copy_mib("cpu", least_mib=64, available=small)
+    assert mib == 125 and note.startswith(
+        "125 MiB is only 0.26x the CPU's L3 cache (Linux sysfs) of 480 MiB, so part of the copy may "
+        "stay in the cache and the bandwidth read too high\nbounded by the memory available"
+    )
+    roomy = (64 * 2**30, "MemAvailable in /proc/meminfo")  # the cache bound applies: one line, as before
+    assert hardware.main_memory_copy_mib("cpu", least_mib=64, available=roomy) == (
+        3840,
+        "3840 MiB is 8x the CPU's L3 cache (Linux sysfs) of 480 MiB, so the copy reads and writes "
+        "main memory",
+    )
+
+
+def test_measure_device_copies_what_the_memory_allows_and_prints_each_bound(monkeypatch):
+    monkeypatch.setattr(
+        hardware, "last_level_cache", lambda device: (32 * 2**20, "the CPU's L3 cache (Linux sysfs)")
+    )
+    monkeypatch.setattr(hardware, "available_memory", lambda: (64 * 2**20, "MemAvailable in /proc/meminfo"))
+    m = hardware.measure_device("cpu", dtypes=["fp32"], gemm_n=32)
+    assert m.copy_bytes == 2 * 8 * 2**20  # 64 MiB available: two 8 MiB buffers, not two of 256
+    lines = m.summary().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  copy 8 MiB buffer"))
+    assert lines[at + 1] == (
+        "    (8 MiB is only 0.25x the CPU's L3 cache (Linux sysfs) of 32 MiB, so part of the copy may "
+        "stay in the cache and the bandwidth read too high)"
+    )
+    assert lines[at + 2].startswith("    (bounded by the memory available, not by the cache: 8x the cache")

@@ -255,3 +255,116 @@ def test_fastest_option_weighs_bandwidth_for_memory_bound_shapes():
     assert t == pytest.approx(2 * 8192**3 / 242.5e12)
     with pytest.raises(ValueError):
         roofline.fastest([], 1, 1, 1)
+
+
+# ------------------------------------------------------- measured points against the prediction
+# Issue 42: under load chapter 1 printed "0 % of the prediction" and "2475 %". A share whose
+# interval is too wide, or whose roof was measured with widely spread runs, is not a figure.
+
+
+def _roofs(gemm_runs=(1.0, 1.01, 1.02), copy_runs=(1.0, 1.01, 1.02), peak=100e9, bw=10e9):
+    """Measured roofs (ridge at ``peak / bw`` FLOP/B) whose timed runs are ``gemm_runs`` / ``copy_runs``."""
+    from helpers.bench import Measurement
+
+    m = hardware.MeasuredDevice("cpu", "CPU", 512)
+    m.gemm_runs["fp32"], m.gemm_flops["fp32"] = Measurement(list(gemm_runs), 1.0, "cpu"), peak
+    m.copy_run, m.copy_bandwidth = Measurement(list(copy_runs), 1.0, "cpu"), bw
+    return m
+
+
+def _timed_point(M, K, N, factors, peak=100e9, bw=10e9):
+    """A GEMM whose runs took ``factors`` times the roofline's prediction."""
+    f, q = roofline.gemm_flops(M, K, N), roofline.gemm_bytes(M, K, N, 4)
+    predicted_s = f / roofline.attainable(f / q, peak, bw)
+    runs = tuple(predicted_s * x for x in factors)
+    ordered = sorted(runs)
+    return roofline.GemmPoint(
+        M, K, N, "fp32", f / q, f / ordered[0], ordered[len(runs) // 2], 0.0, ordered[0], runs
+    )
+
+
+STEADY = (2.0, 2.1, 1.9, 2.05, 2.5, 1.95, 2.0, 4.0, 2.02)  # one slow run, the rest within 10 %
+SCATTERED = (1.0, 30.0, 2.0, 0.5, 60.0, 3.0, 8.0, 0.9, 20.0)  # a busy machine: anywhere
+
+
+def test_a_steady_point_under_steady_roofs_is_compared():
+    c = roofline.against_prediction(_timed_point(4, 256, 256, STEADY), _roofs())
+    assert c.too_noisy == "" and c.roof == "memory"  # 1.9 FLOP/B, under the ridge at 10
+    assert c.share == pytest.approx(0.5, rel=0.01) and c.interval_width <= roofline.COMPARABLE_WIDTH
+
+
+def test_runs_that_scatter_are_too_noisy_to_compare():
+    c = roofline.against_prediction(_timed_point(16, 256, 256, SCATTERED), _roofs())
+    assert c.too_noisy == "runs" and c.high / c.low > 2
+
+
+def test_a_roof_measured_with_spread_runs_makes_its_points_too_noisy():
+    busy_copy = _roofs(copy_runs=(1.0, 1.2, 2.5))  # spread 125 %: the bandwidth roof is unsure
+    memory_bound, compute_bound = _timed_point(1, 256, 256, STEADY), _timed_point(1024, 1024, 1024, STEADY)
+    assert roofline.against_prediction(memory_bound, busy_copy).too_noisy == "roof"
+    assert roofline.against_prediction(compute_bound, busy_copy).too_noisy == ""  # under the steady flat roof
+    busy_gemm = _roofs(gemm_runs=(1.0, 1.2, 2.5))
+    c = roofline.against_prediction(compute_bound, busy_gemm)
+    assert c.too_noisy == "roof" and c.roof == "compute" and c.roof_spread == pytest.approx(1.25)
+
+
+def test_against_prediction_needs_the_points_dtype_among_the_roofs():
+    point = _timed_point(16, 256, 256, STEADY)
+    with pytest.raises(ValueError, match="no bf16 GEMM peak"):
+        roofline.against_prediction(roofline.GemmPoint(**{**point.__dict__, "dtype": "bf16"}), _roofs())
+
+
+def _chapter_cell(cell_id: str) -> str:
+    import json
+    from pathlib import Path
+
+    nb = json.loads(
+        (Path(__file__).resolve().parents[1] / "solutions/01_roofline/01_roofline.ipynb").read_text()
+    )
+    return next("".join(c["source"]) for c in nb["cells"] if c.get("id") == cell_id)
+
+
+def _run_measure_cell(monkeypatch, capsys, points, measured) -> list[str]:
+    """Chapter 1's "Measure" cell as the notebook has it, on made-up measurements."""
+    import types
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.setattr(roofline, "measure_gemms", lambda *a, **k: points)
+    namespace = {
+        "roofline": roofline,
+        "hardware": hardware,
+        "shapes": [(p.M, p.K, p.N) for p in points],
+        "dtype": "fp32",
+        "RT": types.SimpleNamespace(device="cpu", gpu=None),
+        "measured": measured,
+        "peak_meas": measured.gemm_flops["fp32"],
+        "bw_meas": measured.copy_bandwidth,
+    }
+    exec(compile(_chapter_cell("cell-38"), "cell-38", "exec"), namespace)
+    return capsys.readouterr().out.splitlines()
+
+
+def test_the_notebook_says_too_noisy_instead_of_a_percentage(monkeypatch, capsys):
+    points = [_timed_point(16, 256, 256, SCATTERED), _timed_point(4, 256, 256, STEADY)]  # memory-bound
+    lines = _run_measure_cell(monkeypatch, capsys, points, _roofs())
+    assert lines[0].startswith("M=   16: too noisy to compare with the prediction: its runs put it anywhere")
+    assert "of the prediction (95 % interval" not in lines[0]
+    assert lines[1].startswith("M=    4: median run") and " 50% of the prediction (95 % interval" in lines[1]
+    lines = _run_measure_cell(monkeypatch, capsys, points[1:], _roofs(copy_runs=(1.0, 1.2, 2.5)))
+    assert lines == [
+        "M=    4: too noisy to compare with the prediction: the roof it is predicted from was "
+        "measured with runs that spread 125%"
+    ]
+
+
+def test_the_too_noisy_lines_have_their_chinese(monkeypatch, capsys):
+    from helpers import i18n
+
+    points = [_timed_point(16, 256, 256, SCATTERED)]
+    lines = _run_measure_cell(monkeypatch, capsys, points, _roofs())
+    lines += _run_measure_cell(monkeypatch, capsys, points, _roofs(copy_runs=(1.0, 1.2, 2.5)))
+    for line in lines:
+        shown = i18n.text_in("zh", line)
+        assert "太嘈杂，无法与预测值比较" in shown and "too noisy" not in shown, shown

@@ -1,11 +1,14 @@
 """The course website (`trainperf site`), built the way the README says and read in a browser.
 
-Chapter 1 in both languages (the English run is the one tests/test_notebooks.py makes; this
-file shares its xdist group so that one execution serves both), then `trainperf site`. The
-pages are checked as files (nothing hidden or solved leaks, every page says where its outputs
-come from, exercises are "your turn" boxes) and in the system's
-Chromium (no console error, no request leaving localhost, links resolve, search finds a term
-in each language, maths and code render, the Chinese text has every glyph in the served font).
+Chapters 1 and 4 (chapter 4 has the timeline plot) run in both languages as the README says
+(`trainperf run --device cpu --lang en zh`, with the notebooks' own inline plots: the suite's
+MPLBACKEND=Agg would leave the pages without a picture), then `trainperf site`. The pages are
+checked as files (nothing hidden or solved leaks, every page says where its outputs come from,
+exercises are "your turn" boxes) and in the system's Chromium (no console error, no request
+leaving localhost, links resolve, search finds a term in each language, maths and code render,
+the Chinese text has every glyph in the served font; at a 1280 px window no code or output block
+scrolls sideways, the set-up cell is folded and the timeline plot's labels are shown at 10 pt or
+more).
 
 ``TRAINPERF_SITE_DIR=build/site TRAINPERF_SITE_EXECUTED=build/executed pytest tests/test_site.py
 -n0`` runs the same checks on a site built beforehand (e.g. every chapter, as the README's
@@ -38,26 +41,23 @@ from trainperf.run import executed_path
 from trainperf.site import page_notebook
 
 pytestmark = pytest.mark.notebooks
-CHAPTERS = ["01_roofline"]
+CHAPTERS = ["01_roofline", "04_timeline"]
 LANGS = ["en", "zh"]
 
 
-def _trainperf(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+def _trainperf(*args: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "trainperf.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory, executed_dir) -> dict:
-    from test_notebooks import _executed
-
-    from trainperf.run import run_one
-
+def site(tmp_path_factory) -> dict:
     prebuilt = os.environ.get("TRAINPERF_SITE_DIR")
     if prebuilt:
         out = Path(prebuilt).resolve()
@@ -69,11 +69,11 @@ def site(tmp_path_factory, executed_dir) -> dict:
             "stderr": None,
             "chapters": names,
         }
-    for chapter in CHAPTERS:
-        _executed(chapter, executed_dir)  # English: shared with test_papermill_executes_quick_on_cpu
-        if not executed_path(executed_dir, chapter, "zh").exists():
-            result = run_one(str(ROOT), chapter, str(executed_dir), "cpu", True, 120, lang="zh")
-            assert result.status == "ok", f"zh/{chapter} failed under papermill: {result.detail}"
+    executed_dir = tmp_path_factory.mktemp("site-executed")
+    learner = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # the kernel's inline plots
+    readme = ["run", "--device", "cpu", "--lang", "en", "zh", "--jobs", "2"]  # the README's command
+    ran = _trainperf(*readme, "--chapters", *CHAPTERS, "--out", str(executed_dir), timeout=900, env=learner)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     out = tmp_path_factory.mktemp("site") / "site"
     built = _trainperf(
         "site", "--chapters", *CHAPTERS, "--executed", str(executed_dir), "--out", str(out), timeout=600
@@ -306,7 +306,7 @@ def test_bad_input_is_one_line(tmp_path):
         (["run", "--lang", "fr", "--chapters", "01"], "unknown language 'fr'"),
         (
             ["site", "--chapters", "02", "--executed", str(tmp_path / "empty"), "--out", str(tmp_path / "s")],
-            "trainperf run --chapters 02_mfu",
+            f"trainperf run --lang en zh --chapters 02_mfu --out {tmp_path / 'empty'}",
         ),
     ):
         done = _trainperf(*args, timeout=120)
@@ -314,7 +314,38 @@ def test_bad_input_is_one_line(tmp_path):
         assert done.returncode == 2 and words in err and "\n" not in err, (args, err)
 
 
+def test_a_site_before_its_runs_names_every_missing_notebook_and_the_command_that_makes_them(tmp_path):
+    """`trainperf site` before the Chinese run (or any run it needs) names every executed
+    notebook it lacks, not only the first, and the one `trainperf run` that makes them all."""
+    from conftest import CHAPTERS as EVERY_CHAPTER
+
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    (executed / "01_roofline.ipynb").write_text("{}", encoding="utf-8")  # chapter 1 in English only
+    done = _trainperf(
+        "site", "--chapters", "1", "2", "--executed", str(executed), "--out", str(tmp_path / "s"), timeout=120
+    )
+    err = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in err and "Traceback" not in err, err
+    assert "lacks 3 notebooks (en: 02_mfu; zh: 01_roofline, 02_mfu)" in err, err
+    assert f"run `trainperf run --lang en zh --chapters 01_roofline 02_mfu --out {executed}` first" in err, (
+        err
+    )
+
+    done = _trainperf("site", "--lang", "zh", "--executed", str(executed), "--out", str(tmp_path / "s"))
+    err = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in err, err
+    assert f"lacks {len(EVERY_CHAPTER)} notebooks (zh: {', '.join(EVERY_CHAPTER)})" in err, err
+    assert f"run `trainperf run --lang zh --out {executed}` first" in err, err  # every chapter: no --chapters
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["executed"], "nothing is built before the check"
+
+
 # ---------------------------------------------------------------------------- in a browser
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # one line per request would flood a failing test's report
+        pass
 
 
 class _QuietServer(socketserver.ThreadingTCPServer):
@@ -327,8 +358,7 @@ class _QuietServer(socketserver.ThreadingTCPServer):
 
 @pytest.fixture(scope="module")
 def served(site):
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site["out"]))
-    handler.log_message = lambda *args: None
+    handler = functools.partial(_QuietHandler, directory=str(site["out"]))
     server = _QuietServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -447,6 +477,99 @@ def test_maths_code_and_chinese_glyphs_render(site, served, chromium, site_shots
     page.screenshot(path=str(site_shots / f"{lang}_01_roofline.png"))
     assert not events["errors"], events["errors"]
     page.close()
+
+
+# Every code or output block of the page that is wider than its box (it would scroll sideways),
+# and how many blocks were measured; the page itself must not scroll sideways either.
+JS_WIDE_BLOCKS = """() => {
+  const blocks = [...document.querySelectorAll(
+    '.bd-article pre, .bd-article div.highlight, .bd-article div.cell_input, '
+    + '.bd-article div.cell_output, .bd-article div.output')];
+  const wide = blocks.filter((el) => el.scrollWidth > el.clientWidth).map((el) => ({
+    block: el.tagName.toLowerCase() + '.' + [...el.classList].join('.'),
+    scrollWidth: el.scrollWidth, clientWidth: el.clientWidth,
+    text: el.textContent.trim().slice(0, 80)}));
+  return {measured: blocks.length, wide, page: [document.documentElement.scrollWidth, window.innerWidth]};
+}"""
+
+# The set-up cell (the code cell that imports the helpers) as the page shows it.
+JS_SETUP_CELL = """() => {
+  const cell = [...document.querySelectorAll('.bd-article div.cell')].find((c) =>
+    /^import helpers$/m.test(c.querySelector('.cell_input')?.textContent || ''));
+  if (!cell) return null;
+  const details = cell.querySelector('details');
+  const code = cell.querySelector('.cell_input pre');
+  const output = cell.querySelector('.cell_output');
+  const summary = details?.querySelector('summary');
+  // a closed <details> keeps its content's layout but does not draw it: checkVisibility() knows
+  const shown = (el) => !!el && el.checkVisibility() && el.getBoundingClientRect().height > 0;
+  return {folded: !!details && !details.open && !!details.querySelector('.cell_input'),
+          summary: shown(summary) ? summary.innerText.trim() : '',
+          codeShown: shown(code), outputShown: shown(output), output: output ? output.innerText : ''};
+}"""
+
+# Each picture drawn by a cell that calls plot_timeline: its width in the PNG and on the page.
+JS_TIMELINE_IMAGES = """() => [...document.querySelectorAll('.bd-article div.cell')]
+  .filter((c) => (c.querySelector('.cell_input')?.textContent || '').includes('plot_timeline('))
+  .flatMap((c) => [...c.querySelectorAll('.cell_output img')])
+  .map((img) => [img.naturalWidth, img.getBoundingClientRect().width])"""
+
+
+def _timeline_label_points() -> tuple[float, float]:
+    """(smallest font size in points of plot_timeline's tick labels, axis label and legend,
+    the figure's dpi), from the helper itself drawing a shipped trace."""
+    import matplotlib.pyplot as plt
+
+    from helpers import timeline
+
+    ax = timeline.plot_timeline(timeline.load_trace(timeline.example_traces("ddp_one_slow")))
+    texts = [*ax.get_xticklabels(), *ax.get_yticklabels(), ax.xaxis.label, *ax.get_legend().get_texts()]
+    smallest, dpi = min(t.get_fontsize() for t in texts), ax.figure.dpi
+    plt.close(ax.figure)
+    return smallest, dpi
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_chapter_pages_fit_a_1280_px_window_with_the_set_up_cell_folded(
+    site, served, chromium, site_shots, lang
+):
+    """What a reader of a chapter page meets in a 1280 x 900 window: no code or output block
+    scrolls sideways (long lines wrap), the set-up cell's code is folded under a summary line
+    while its output (the device report) shows, and the timeline plot's labels are at least
+    matplotlib's default 10 pt at the size the page shows the picture."""
+    from trainperf.site import TEXT
+
+    smallest_pt, dpi = _timeline_label_points()
+    timeline_pages = 0
+    for chapter in site["chapters"]:
+        page = chromium.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{served}/{lang}/{chapter}.html", wait_until="networkidle")
+        page.evaluate("() => document.fonts.ready")
+
+        setup = page.evaluate(JS_SETUP_CELL)
+        assert setup, f"{lang}/{chapter}: no set-up cell (a code cell with `import helpers`)"
+        assert setup["folded"] and not setup["codeShown"], f"{lang}/{chapter}: the set-up code is not folded"
+        assert setup["summary"] == TEXT[lang]["setup_show"], setup["summary"]
+        assert setup["outputShown"] and "torch" in setup["output"], f"{lang}/{chapter}: {setup}"
+        page.locator(".bd-article details.hide summary").first.click()  # a reader opens it
+        assert page.evaluate(JS_SETUP_CELL)["codeShown"], "the summary line does not unfold the code"
+
+        blocks = page.evaluate(JS_WIDE_BLOCKS)  # the set-up code, now open, is measured too
+        assert blocks["measured"] > 40, f"{lang}/{chapter}: found only {blocks['measured']} blocks"
+        assert not blocks["wide"], f"{lang}/{chapter}: blocks that scroll sideways: {blocks['wide'][:5]}"
+        assert blocks["page"][0] <= blocks["page"][1], f"{lang}/{chapter}: the page scrolls sideways"
+
+        for natural, shown in page.evaluate(JS_TIMELINE_IMAGES):
+            timeline_pages += 1
+            seen_pt = smallest_pt * (dpi / 100) * (shown / natural)  # as large as at 100 dpi, 1:1
+            assert seen_pt >= 10, (
+                f"{lang}/{chapter}: the timeline plot ({natural} px wide) is shown {shown:.0f} px wide: "
+                f"its {smallest_pt:g} pt labels read as {seen_pt:.1f} pt"
+            )
+        page.screenshot(path=str(site_shots / f"{lang}_{chapter}_1280.png"))
+        page.close()
+    if "04_timeline" in site["chapters"]:
+        assert timeline_pages, f"{lang}/04_timeline: no picture from a plot_timeline cell"
 
 
 def test_the_pages_recipe_builds_the_site_the_readme_describes():

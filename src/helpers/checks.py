@@ -27,6 +27,8 @@ and :data:`REPLAY_PROMPT`.
 from __future__ import annotations
 
 import math
+import os
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -39,9 +41,45 @@ from ._grading import removed_for_grading as removed_for_grading
 from ._validate import flag as _flag
 from .i18n import language, text, tr, tr_in
 
+_COURSE = os.path.dirname(os.path.abspath(__file__))  # the helpers package: the course's own code
+
+
+def _learner_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` without the course's frames at its end (the check that raised, ``_fail``): what
+    is left ends in the learner's code, the cell or function that called the check. A new
+    chain is built; the exception's own traceback is left as it is."""
+    entries = []
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    while entries and os.path.abspath(entries[-1].tb_frame.f_code.co_filename).startswith(_COURSE + os.sep):
+        entries.pop()
+    kept = None
+    for entry in reversed(entries):
+        kept = types.TracebackType(kept, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return kept
+
 
 class CheckFailed(AssertionError):
-    """A wrong answer. The message is meant for the learner, not for a developer."""
+    """A wrong answer. The message is meant for the learner, not for a developer.
+
+    A notebook (IPython) shows it with the learner's own frames and the message, never the
+    course's frames under them (:meth:`_render_traceback_`). It is still an ``AssertionError``
+    raised in the cell, so nbgrader scores the cell 0 and pytest reports it as usual."""
+
+    def _render_traceback_(self) -> list[str]:
+        """The lines IPython shows for this error (IPython's hook for an exception that shows
+        itself): its usual traceback, in the user's traceback mode, of the learner's frames."""
+        try:
+            from IPython import get_ipython
+
+            shell = get_ipython()
+            tb = _learner_frames(self.__traceback__)
+            if shell is not None and tb is not None:
+                return list(shell.InteractiveTB.structured_traceback(type(self), self, tb))
+        except Exception:  # noqa: BLE001 — never lose the message over how it is shown
+            pass
+        return [f"{type(self).__name__}: {self}"]
 
 
 def _fmt(value: Any) -> str:

@@ -418,6 +418,17 @@ def detect_gpu() -> DeviceSpec | None:
     return match_gpu_name(props.name, props.total_memory)
 
 
+def _not_a_dtype(value: object) -> str:
+    """The line for a dtype given as something other than a name or a torch.dtype."""
+    forms = (
+        "a name ('fp32', 'tf32', 'fp16', 'bf16', 'fp8', or 'float32', 'bfloat16', ...) "
+        "or a torch.dtype (torch.float32, torch.bfloat16, ...)"
+    )
+    if isinstance(value, torch.Tensor):
+        return f"dtype must be {forms}, got a tensor: pass its dtype (x.dtype)"
+    return f"dtype must be {forms}, got {type(value).__name__} {value!r:.60}"
+
+
 def dtype_key(dtype: str | torch.dtype) -> str:
     """``torch.bfloat16`` or ``"bfloat16"`` or ``"bf16"`` -> ``"bf16"``."""
     if isinstance(dtype, torch.dtype):
@@ -427,6 +438,8 @@ def dtype_key(dtype: str | torch.dtype) -> str:
         if dtype == torch.float8_e5m2:
             return "fp8"
         raise unknown("dtype", dtype, DTYPES)
+    if not isinstance(dtype, str):
+        raise TypeError(_not_a_dtype(dtype))
     aliases = {
         "float32": "fp32",
         "float": "fp32",
@@ -484,8 +497,7 @@ class MeasuredDevice:
                 f"{self.copy_bandwidth / GIGA:8.1f} GB/s (read + write; best of "
                 f"{len(self.copy_run.samples)}, spread {self.copy_run.spread:.0%})"
             )
-            if self.copy_note:
-                lines.append(f"    ({self.copy_note})")
+            lines += [f"    ({note})" for note in self.copy_note.splitlines()]
         lines += [f"  WARNING: {w}" for w in self.warnings()]
         return "\n".join(lines)
 
@@ -513,6 +525,16 @@ def _device_name(device: torch.device) -> str:
 _SYS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
 ASSUMED_LLC_BYTES = 32 * 2**20  # used, and said, when the OS does not report the cache
 LLC_MULTIPLE = 8  # a copy this many times the last-level cache measures main memory
+#: The most last-level cache we believe per CPU that shares it. Real CPUs have at most about
+#: 12 MiB per core (AMD's 3D V-Cache: 96 MiB for 8 cores); a virtual machine may report its
+#: host's cache, or a made-up size, to a few virtual CPUs (one reported 480 MiB for 2).
+PLAUSIBLE_LLC_PER_CPU = 32 * 2**20
+#: The copy's two buffers (source and destination) take at most this share of the memory
+#: available, so that measuring never pushes a small machine into swapping.
+COPY_MEMORY_SHARE = 0.25
+_MEMINFO = "/proc/meminfo"
+_CGROUP_ROOT = "/sys/fs/cgroup"
+_SELF_CGROUP = "/proc/self/cgroup"
 
 
 def _size_bytes(text: str) -> int:
@@ -522,11 +544,24 @@ def _size_bytes(text: str) -> int:
     return int(text.rstrip("KMG")) * scale
 
 
+def _cpu_count(cpu_list: str) -> int:
+    """How many CPUs a sysfs CPU list names: ``"0-3,8-11"`` -> 8, ``"0"`` -> 1."""
+    total = 0
+    for part in cpu_list.strip().split(","):
+        if part:
+            first, _, last = part.partition("-")
+            total += int(last or first) - int(first) + 1
+    return total
+
+
 def last_level_cache(device: str | torch.device = "cpu", sysfs: str = _SYS_CACHE) -> tuple[int | None, str]:
     """(bytes, where the figure came from) of the last-level cache in front of ``device``'s memory.
 
-    CPU: the highest-level data or unified cache Linux lists in sysfs. GPU: the L2 cache
-    torch reports. ``(None, reason)`` where neither is known (the copy size then assumes
+    CPU: the highest-level data or unified cache Linux lists in sysfs for CPU 0: one cache
+    instance (one socket's or one core complex's L3), not the machine's total. A size above
+    :data:`PLAUSIBLE_LLC_PER_CPU` per CPU sharing it (a virtual machine's figure) is not
+    believed: that bound is used instead, and the source says so. GPU: the L2 cache torch
+    reports. ``(None, reason)`` where neither is known (the copy size then assumes
     :data:`ASSUMED_LLC_BYTES` and says so).
     """
     dev = resolve_device(device)
@@ -540,7 +575,7 @@ def last_level_cache(device: str | torch.device = "cpu", sysfs: str = _SYS_CACHE
     import glob
     import os
 
-    best: tuple[int, int] | None = None
+    best: tuple[int, int, str] | None = None
     for folder in glob.glob(os.path.join(sysfs, "index*")):
         try:
             with open(os.path.join(folder, "level")) as f:
@@ -552,23 +587,165 @@ def last_level_cache(device: str | torch.device = "cpu", sysfs: str = _SYS_CACHE
         except (OSError, ValueError):
             continue
         if kind in ("Data", "Unified") and (best is None or level > best[0]):
-            best = (level, size)
+            best = (level, size, folder)
     if best is None:
         return None, "the OS does not report the CPU caches (no sysfs cache entries)"
-    return best[1], f"the CPU's L{best[0]} cache (Linux sysfs)"
+    level, size, folder = best
+    try:
+        with open(os.path.join(folder, "shared_cpu_list")) as f:
+            sharers = _cpu_count(f.read())
+    except (OSError, ValueError):
+        sharers = 0  # not listed: the size cannot be checked against the CPUs that share it
+    if sharers and size > PLAUSIBLE_LLC_PER_CPU * sharers:
+        bound = PLAUSIBLE_LLC_PER_CPU * sharers
+        return bound, (
+            f"the CPU's L{level} cache (Linux sysfs reports {size / 2**20:g} MiB, "
+            f"{size / sharers / 2**20:.3g} MiB per CPU that shares it: more than "
+            f"{PLAUSIBLE_LLC_PER_CPU // 2**20} MiB per CPU, so {bound // 2**20} MiB is assumed)"
+        )
+    return size, f"the CPU's L{level} cache (Linux sysfs)"
 
 
-def main_memory_copy_mib(device: str | torch.device = "cpu", least_mib: int = 0) -> tuple[int, str]:
-    """MiB of a copy buffer large enough to measure main memory, not a cache: at least
-    :data:`LLC_MULTIPLE` times the last-level cache (and at least ``least_mib``), with a
-    sentence saying which cache that was and where its size came from."""
-    size, source = last_level_cache(device)
-    note = f"{LLC_MULTIPLE}x {source}"
+def _read_int(path: str) -> int | None:
+    """The integer in a one-line file (a cgroup setting), None when absent or not a number."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cgroup_headroom(root: str, self_cgroup: str) -> int | None:
+    """Bytes this process's memory cgroup may still take (its limit less the memory it uses,
+    page cache it can drop not counted); None when there is no limit or no cgroup to read."""
+    import os
+
+    try:
+        with open(self_cgroup) as f:
+            entries = [line.strip().split(":", 2) for line in f if line.count(":") >= 2]
+    except OSError:
+        entries = []
+    v2 = [path for hid, _, path in entries if hid == "0"]
+    v1 = [path for _, names, path in entries if "memory" in names.split(",")]
+    candidates = [
+        (os.path.join(root, p.lstrip("/")), "memory.max", "memory.current", "inactive_file") for p in v2
+    ] + [
+        (
+            os.path.join(root, "memory", p.lstrip("/")),
+            "memory.limit_in_bytes",
+            "memory.usage_in_bytes",
+            "total_inactive_file",
+        )
+        for p in v1
+    ]
+    candidates += [
+        (root, "memory.max", "memory.current", "inactive_file"),
+        (
+            os.path.join(root, "memory"),
+            "memory.limit_in_bytes",
+            "memory.usage_in_bytes",
+            "total_inactive_file",
+        ),
+    ]
+    for folder, limit_file, usage_file, cache_key in candidates:
+        limit, usage = (
+            _read_int(os.path.join(folder, limit_file)),
+            _read_int(os.path.join(folder, usage_file)),
+        )
+        if limit is None or usage is None:
+            continue
+        if limit >= 2**60:  # cgroup v1 writes "no limit" as a huge number
+            return None
+        dropped = 0
+        try:
+            with open(os.path.join(folder, "memory.stat")) as f:
+                stat = dict(line.split()[:2] for line in f if len(line.split()) >= 2)
+            dropped = int(stat.get(cache_key, 0))
+        except (OSError, ValueError):
+            pass
+        return max(0, limit - max(0, usage - dropped))
+    return None
+
+
+def available_memory(
+    meminfo: str = _MEMINFO, cgroup_root: str = _CGROUP_ROOT, self_cgroup: str = _SELF_CGROUP
+) -> tuple[int | None, str]:
+    """(bytes, where the figure came from) of host memory a new buffer can take without
+    swapping: Linux's ``MemAvailable`` estimate, or less where this process's cgroup (a
+    container's memory limit) leaves less; else free physical memory from ``os.sysconf``;
+    ``(None, reason)`` where the OS says neither."""
+    import os
+
+    found: tuple[int, str] | None = None
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found = int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if found is None:
+        try:
+            found = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "free memory (os.sysconf)"
+        except (AttributeError, ValueError, OSError):
+            pass
+    headroom = _cgroup_headroom(cgroup_root, self_cgroup)
+    if headroom is not None and (found is None or headroom < found[0]):
+        found = headroom, "the memory limit of this container (cgroup) less what it uses"
+    if found is None:
+        return None, "the OS does not say how much memory is available"
+    return found
+
+
+def _ratio(mib: int, size: float) -> str:
+    """``mib`` MiB as a multiple of ``size`` bytes, the way the copy note writes it: ``"8"``."""
+    return f"{mib * 2**20 / size:.3g}"
+
+
+def main_memory_copy_mib(
+    device: str | torch.device = "cpu",
+    least_mib: int = 0,
+    available: tuple[int | None, str] | None = None,
+) -> tuple[int, str]:
+    """MiB of a copy buffer large enough to measure main memory, not a cache, with a note
+    saying which bound set its size.
+
+    It is :data:`LLC_MULTIPLE` times the last-level cache (at least ``least_mib``), unless
+    the two buffers of the copy would then take more than :data:`COPY_MEMORY_SHARE` of the
+    memory available: then the memory bounds it, and a second line of the note says so (and,
+    if the buffer is then under twice the cache, that the copy may partly stay in the cache).
+    ``available`` is ``(bytes, source)`` of the device's free memory; by default the host's
+    (:func:`available_memory`) on a CPU, and no bound elsewhere (:func:`measure_device`
+    passes a GPU's free memory).
+    """
+    dev = resolve_device(device)
+    size, source = last_level_cache(dev)
     if size is None:
-        size = ASSUMED_LLC_BYTES
-        note = f"{LLC_MULTIPLE}x an assumed {size // 2**20} MiB cache ({source})"
-    mib = max(least_mib, -(-LLC_MULTIPLE * size // 2**20))
-    return mib, f"{mib} MiB is {note} of {size / 2**20:g} MiB, so the copy reads and writes main memory"
+        size, source = ASSUMED_LLC_BYTES, f"an assumed {ASSUMED_LLC_BYTES // 2**20} MiB cache ({source})"
+    wanted = max(least_mib, -(-LLC_MULTIPLE * size // 2**20))
+    if available is None:
+        available = available_memory() if dev.type == "cpu" else (None, "")
+    free, free_source = available
+    bound = int(free * COPY_MEMORY_SHARE / 2) // 2**20 if free is not None else None
+    mib = wanted if bound is None or wanted <= bound else max(1, bound)
+    if mib >= 2 * size / 2**20:
+        first = (
+            f"{mib} MiB is {_ratio(mib, size)}x {source} of {size / 2**20:g} MiB, so the copy "
+            "reads and writes main memory"
+        )
+    else:
+        first = (
+            f"{mib} MiB is only {_ratio(mib, size)}x {source} of {size / 2**20:g} MiB, so part of the "
+            "copy may stay in the cache and the bandwidth read too high"
+        )
+    if free is None or mib == wanted:
+        return mib, first
+    return mib, (
+        f"{first}\nbounded by the memory available, not by the cache: {_ratio(wanted, size)}x the "
+        f"cache needs two buffers of {wanted} MiB, and the two may take at most "
+        f"{COPY_MEMORY_SHARE:.0%} of the {free // 2**20} MiB available ({free_source})"
+    )
 
 
 def measure_device(
@@ -582,7 +759,8 @@ def measure_device(
 
     GEMM: ``gemm_n``-cubed matmul, 2·n³ FLOPs per call. Copy: ``dst.copy_(src)`` of
     ``copy_mib`` MiB (default: :data:`LLC_MULTIPLE` times the last-level cache, so it measures
-    main memory; :func:`main_memory_copy_mib`), counted as read + write (2 × size bytes).
+    main memory, but its two buffers at most :data:`COPY_MEMORY_SHARE` of the memory available;
+    :func:`main_memory_copy_mib`), counted as read + write (2 × size bytes).
     Runs are timed after warm-up and synchronized (CUDA events on a GPU); each figure is the
     FASTEST run, because a roof is a best case. These are achieved figures, not datasheet peaks.
     """
@@ -594,7 +772,13 @@ def measure_device(
         gemm_n = (512 if quick else 1024) if dev.type == "cpu" else (4096 if quick else 8192)
     if copy_mib is None:
         least = 64 if dev.type == "cpu" else (512 if quick else 2048)
-        copy_mib, copy_note = main_memory_copy_mib(dev, least_mib=least)
+        free: tuple[int | None, str] | None = None  # a CPU: the host's (main_memory_copy_mib)
+        if dev.type == "cuda":
+            try:
+                free = int(torch.cuda.mem_get_info(dev)[0]), "free GPU memory (torch.cuda.mem_get_info)"
+            except (RuntimeError, AssertionError):  # not reported: the copy is bounded by the cache only
+                free = None, ""
+        copy_mib, copy_note = main_memory_copy_mib(dev, least_mib=least, available=free)
     else:
         size, source = last_level_cache(dev)
         copy_note = (

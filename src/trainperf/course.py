@@ -32,18 +32,41 @@ def find_root(start: Path | None = None) -> Path:
 def chapters(root: Path, wanted: list[str] | None = None) -> list[str]:
     """Chapter folders of ``solutions/`` (``01_roofline``, ...), optionally filtered.
 
-    ``wanted`` items may be full names or number prefixes (``1``, ``01``, ``01_roofline``).
+    ``wanted`` items may be numbers (``1``, ``01``), names (``roofline``; ``mixed_precision``
+    or ``mixed-precision``; any case) or folder names (``01_roofline``). An unknown one is a
+    :class:`CourseError` that lists the choices.
     """
     available = sorted(p.name for p in (root / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())
     if not wanted:
         return available
     picked: list[str] = []
     for item in wanted:
-        matches = [c for c in available if c == item or c.split("_")[0] == item.zfill(2)]
+        matches = [c for c in available if _names_chapter(str(item), c)]
         if not matches:
-            raise CourseError(f"Unknown chapter {item!r}; available: {', '.join(available)}.")
+            raise CourseError(_unknown_chapter(str(item), available))
         picked.extend(m for m in matches if m not in picked)
     return picked
+
+
+def _names_chapter(item: str, chapter: str) -> bool:
+    """Whether ``item`` (a number, a name or a folder name) names ``chapter`` (``01_roofline``)."""
+    key = item.strip().lower().replace("-", "_")
+    number, _, name = chapter.lower().partition("_")
+    if key.isdigit():
+        return number.isdigit() and int(key) == int(number)
+    return key in (chapter.lower(), name)
+
+
+def _unknown_chapter(item: str, available: list[str]) -> str:
+    """The one line for a chapter that is not in ``available``: the nearest name and every choice."""
+    import difflib
+
+    names = {c.partition("_")[2]: c for c in available}
+    key = item.strip().lower().replace("-", "_")
+    near = difflib.get_close_matches(key, [*names, *available], n=1, cutoff=0.6)
+    hint = f" (did you mean {names.get(near[0], near[0]).partition('_')[2]!r}?)" if near else ""
+    choices = ", ".join(f"{c.partition('_')[0]} {c.partition('_')[2]}" for c in available)
+    return f"Unknown chapter {item!r}{hint}; choose a number or a name: {choices}."
 
 
 def require_languages(root: Path, langs: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,8 @@ TEXT: dict[str, dict[str, Any]] = {  # words, and the other language: (code, nam
         "after it tells you whether it is right.",
         "widget": "This is a picture of the widget as the run left it. Its sliders and buttons "
         "work only in a running notebook.",
+        "setup_show": "Set-up cell: imports the course helpers (show the code)",
+        "setup_hide": "Set-up cell (hide the code)",
     },
     "zh": {
         "title": "训练性能分析",
@@ -72,6 +75,8 @@ TEXT: dict[str, dict[str, Any]] = {  # words, and the other language: (code, nam
         "exercise": "这是一道练习。请打开 notebook（链接在本页顶部），在标有 `# YOUR CODE HERE` "
         "的地方写下你的答案；它后面的检查单元会告诉你答案对不对。",
         "widget": "这是运行结束时这个小部件的截图。滑块和按钮只有在运行中的 notebook 里才能用。",
+        "setup_show": "设置单元：导入课程辅助包（点击查看代码）",
+        "setup_hide": "设置单元（点击隐藏代码）",
     },
 }
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -104,6 +109,23 @@ def _is_exercise(cell: dict[str, Any]) -> bool:
     return bool(meta.get("solution") or meta.get("grade"))
 
 
+def _is_setup(cell: dict[str, Any]) -> bool:
+    """The set-up cell: the code cell that imports the course helpers (installing them first)."""
+    source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+    return (
+        cell["cell_type"] == "code"
+        and "parameters" not in cell.get("metadata", {}).get("tags", [])
+        and "import helpers" in source.splitlines()
+    )
+
+
+def _fold(cell: dict[str, Any], show: str, hide: str) -> None:
+    """Fold ``cell``'s code under a summary line (MyST-NB's hide-input); its output stays shown."""
+    metadata = cell.setdefault("metadata", {})
+    metadata["tags"] = [*metadata.get("tags", []), "hide-input"]
+    metadata["mystnb"] = {"code_prompt_show": show, "code_prompt_hide": hide}
+
+
 def _markdown(text: str) -> dict[str, Any]:
     return {"cell_type": "markdown", "metadata": {}, "source": text}
 
@@ -129,12 +151,14 @@ def page_notebook(
     student: dict[str, Any], executed: dict[str, Any], lang: str, header: str
 ) -> dict[str, Any]:
     """The notebook a page is built from: ``student``'s cells, ``executed``'s outputs in the
-    teaching cells, a "your turn" box before each answer cell, ``header`` after the title."""
+    teaching cells, a "your turn" box before each answer cell, ``header`` after the title; the
+    set-up cell's code folded under a summary line, as its output (the device report) stays."""
     words = TEXT[lang]
     outputs = {
         c.get("id"): c.get("outputs", []) for c in executed.get("cells", []) if c.get("cell_type") == "code"
     }
     cells: list[dict[str, Any]] = []
+    setup = next((i for i, cell in enumerate(student["cells"]) if _is_setup(cell)), None)
     for index, cell in enumerate(student["cells"]):
         cell = copy.deepcopy(cell)
         if cell["cell_type"] == "code":
@@ -150,6 +174,8 @@ def page_notebook(
                     )
             else:
                 cell["outputs"], widget = _static_outputs(outputs.get(cell.get("id"), []))
+            if index == setup:
+                _fold(cell, words["setup_show"], words["setup_hide"])
             cells.append(cell)
             if widget:
                 cells.append(_markdown(f"*{words['widget']}*"))
@@ -265,6 +291,36 @@ _languages["zh"] = _Search
 '''
 
 
+def missing_runs(executed_dir: Path, chapter_ids: list[str], langs: list[str]) -> dict[str, list[str]]:
+    """The chapters, per language, that have no executed notebook in ``executed_dir``."""
+    missing = {
+        lang: [name for name in chapter_ids if not executed_path(executed_dir, name, lang).is_file()]
+        for lang in langs
+    }
+    return {lang: names for lang, names in missing.items() if names}
+
+
+def missing_runs_message(root: Path, executed_dir: Path, missing: dict[str, list[str]]) -> str:
+    """One line: every missing executed notebook, and the one ``trainperf run`` that makes them
+    all (``--chapters`` only when not every chapter is needed, ``--out`` only when the folder is
+    not the one ``trainperf run`` writes to by default from here)."""
+    names = [name for name in chapters(root) if any(name in found for found in missing.values())]
+    listed = "; ".join(f"{lang}: {', '.join(found)}" for lang, found in missing.items())
+    command = "trainperf run"
+    if list(missing) != ["en"]:
+        command += " --lang " + " ".join(missing)
+    if names != chapters(root):
+        command += " --chapters " + " ".join(names)
+    if executed_dir.resolve() != Path("build/executed").resolve():
+        command += f" --out {shlex.quote(str(executed_dir))}"
+    count = sum(len(found) for found in missing.values())
+    return (
+        f"the site takes its outputs from an executed run, and {executed_dir} lacks "
+        f"{count} notebook{'s' if count > 1 else ''} ({listed}): run `{command}` first "
+        "(or pass --executed)."
+    )
+
+
 def _run_info(executed: dict[str, Any]) -> dict[str, Any]:
     return executed.get("metadata", {}).get("trainperf", {}).get("run", {})
 
@@ -286,12 +342,8 @@ def prepare(
     (source / "_static").mkdir(parents=True)
     for name in chapter_ids:
         run_file = executed_path(executed_dir, name, lang)
-        if not run_file.is_file():
-            flag = "" if lang == "en" else f" --lang {lang}"
-            raise CourseError(
-                f"no executed {lang} notebook for {name} at {run_file}: run "
-                f"`trainperf run{flag} --chapters {name}` first (or pass --executed)."
-            )
+        if not run_file.is_file():  # build_site checks first; this is for a direct call
+            raise CourseError(missing_runs_message(root, executed_dir, {lang: [name]}))
         folder = root / "notebooks" / ("" if lang == "en" else lang) / name
         student = json.loads((folder / f"{name}.ipynb").read_text(encoding="utf-8"))
         executed = json.loads(run_file.read_text(encoding="utf-8"))
@@ -372,6 +424,9 @@ def build_site(
             "[project.urls] Source in pyproject.toml (or pass --repo-url) before "
             "publishing."
         )
+    missing = missing_runs(executed_dir, chapter_ids, langs)
+    if missing:
+        raise CourseError(missing_runs_message(root, executed_dir, missing))
     work = out.parent / f".{out.name}-source"
     for lang in langs:
         prepare(root, lang, chapter_ids, executed_dir, work / lang, repo_url, langs)

@@ -37,5 +37,12 @@ from ._formulas import (  # noqa: F401
     ridge_point,
     training_gemms,
 )
-from ._measure import GemmPoint, measure_gemms, placement  # noqa: F401
+from ._measure import (  # noqa: F401
+    COMPARABLE_WIDTH,
+    GemmPoint,
+    ShareOfPrediction,
+    against_prediction,
+    measure_gemms,
+    placement,
+)
 from ._plot import plot_roofline  # noqa: F401

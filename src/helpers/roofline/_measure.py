@@ -14,6 +14,11 @@ from .. import hardware
 from ..bench import interval, measure, resolve_device
 from ._formulas import attainable, gemm_bytes, gemm_flops, intensity, ridge_point
 
+#: A measured GEMM is compared with its prediction only when the 95 % interval of its share
+#: spans at most this much (high / low - 1, as ``bench.SpeedComparison.interval_width``):
+#: 1.0 is a factor of two. A wider interval says where the share may lie, not what it is.
+COMPARABLE_WIDTH = 1.0
+
 
 @dataclass
 class GemmPoint:
@@ -45,6 +50,58 @@ class GemmPoint:
             )
         predicted_s = gemm_flops(self.M, self.K, self.N) / attainable(self.intensity, peak_flops, bandwidth)
         return interval([predicted_s / t for t in self.samples])
+
+
+@dataclass(frozen=True)
+class ShareOfPrediction:
+    """A measured GEMM against the roofline's prediction (:func:`against_prediction`).
+
+    ``share`` is the fraction of the prediction the median run reached, ``low`` and ``high``
+    its 95 % interval over the runs. ``roof`` is the roof the prediction comes from
+    (``"memory"`` below the ridge point, ``"compute"`` above it) and ``roof_spread`` how much
+    that roof's own timed runs spread. ``too_noisy`` says why the share cannot be compared
+    with the prediction: ``"roof"`` (the roof's runs spread more than :data:`hardware.NOISY`,
+    so the prediction itself is unsure), ``"runs"`` (the interval is wider than
+    :data:`COMPARABLE_WIDTH`), or ``""`` when it can be.
+    """
+
+    share: float
+    low: float
+    high: float
+    roof: str
+    roof_spread: float
+    too_noisy: str
+
+    @property
+    def interval_width(self) -> float:
+        """high / low - 1: 1.0 means the interval spans a factor of two."""
+        return self.high / self.low - 1
+
+
+def against_prediction(
+    point: GemmPoint, measured: hardware.MeasuredDevice, width: float = COMPARABLE_WIDTH
+) -> ShareOfPrediction:
+    """``point`` against the prediction of the roofs in ``measured`` (its GEMM peak for the
+    point's dtype and its copy bandwidth), and whether the two can be compared at all.
+
+    A busy machine makes both sides unsure: the point's own runs (its 95 % interval, from
+    :func:`helpers.bench.interval` over the runs) and the roof it is predicted from (the
+    spread of that roof's timed runs, as in :meth:`hardware.MeasuredDevice.warnings`). When
+    either is too unsure, a percentage would be noise ("0 %", "2475 %"); the result says
+    ``too_noisy`` instead, and why."""
+    if point.dtype not in measured.gemm_flops or measured.copy_run is None:
+        raise ValueError(
+            f"the measured roofs have no {point.dtype} GEMM peak or no copy bandwidth: measure "
+            f"them with hardware.measure_device(dtypes=[{point.dtype!r}])"
+        )
+    peak, bandwidth = measured.gemm_flops[point.dtype], measured.copy_bandwidth
+    share, low, high = point.share_of(peak, bandwidth)
+    if point.intensity >= ridge_point(peak, bandwidth):
+        roof, roof_spread = "compute", measured.gemm_runs[point.dtype].spread
+    else:
+        roof, roof_spread = "memory", measured.copy_run.spread
+    too_noisy = "roof" if roof_spread > hardware.NOISY else "runs" if high / low - 1 > width else ""
+    return ShareOfPrediction(share, low, high, roof, roof_spread, too_noisy)
 
 
 def measure_gemms(

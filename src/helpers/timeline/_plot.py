@@ -18,6 +18,7 @@ COLOURS = {
     "other": "tab:gray",
     "step": "lightgray",
 }
+LABEL_PT = 10  # tick labels, axis label and legend of plot_timeline: matplotlib's default size
 
 
 def _kind(e: Any) -> str | None:
@@ -84,8 +85,8 @@ def plot_timeline(
         for label, kinds in sorted(_rows(t, lo, hi).items(), key=lambda kv: "step" not in kv[1]):
             labels.append(f"rank {t.rank} · {label}")
             bars.append({k: merge_intervals(clip(v, lo, hi)) for k, v in kinds.items()})
-    if ax is None:
-        _, ax = plt.subplots(figsize=(11, 0.45 * len(labels) + 1.2))
+    if ax is None:  # as wide as a page's column (7.2 in at 100 dpi: 720 px), so text is not shrunk
+        _, ax = plt.subplots(figsize=(7.2, 0.45 * len(labels) + 1.6), layout="constrained")
     for row, kinds in enumerate(bars):
         for kind, spans in kinds.items():
             height, y = (0.14, row - 0.47) if kind == "step" else (0.6, row - 0.3)  # steps: a band on top
@@ -97,17 +98,29 @@ def plot_timeline(
                 linewidth=0.5,
             )
     present = {k for kinds in bars for k in kinds}
+    handles = [Patch(color=c, label=kind_names[k]) for k, c in COLOURS.items() if k in present]
+    # one row between the title and the bars: the bars keep the figure's width; text at
+    # matplotlib's default 10 pt (LABEL_PT), the size it is read at on a page
     ax.legend(
-        handles=[Patch(color=c, label=kind_names[k]) for k, c in COLOURS.items() if k in present],
-        loc="upper left",
-        bbox_to_anchor=(1.0, 1.0),
-        fontsize=8,
+        handles=handles,
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncol=len(handles),
+        fontsize=LABEL_PT,
         frameon=False,
+        borderaxespad=0.2,
+        handlelength=1.2,
+        columnspacing=1.2,
     )
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=LABEL_PT)
+    ax.tick_params(axis="x", labelsize=LABEL_PT)
     ax.invert_yaxis()
-    ax.set_xlabel(tr("time from the first profiled step (ms); steps are the outlined bands on top"))
-    ax.set_title(text(title) or tr("timeline"))
+    ax.set_xlabel(
+        tr("time from the first profiled step (ms); steps are the outlined bands on top"),
+        fontsize=LABEL_PT,
+        wrap=True,  # long row labels leave the bars a narrow axis: the label wraps, not the figure
+    )
+    ax.set_title(text(title) or tr("timeline"), pad=2.2 * LABEL_PT)  # above the legend's row
     return ax
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -140,12 +141,35 @@ def _window(trace: Trace, iv: dict, basis: str, name: str, start: float, end: fl
     )
 
 
+def _not_a_trace(value: object) -> str:
+    """What to do when :func:`step_breakdown` gets something other than one loaded Trace."""
+    if isinstance(value, (str, os.PathLike)):
+        return (
+            f"step_breakdown takes a loaded Trace, not a path: call trace = "
+            f"timeline.load_trace({os.fspath(value)!r}) first, then timeline.step_breakdown(trace)"
+        )
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, Trace) for v in value):
+        return (
+            f"step_breakdown takes one Trace, not a {type(value).__name__} of {len(value)}: call it "
+            "once per rank, {t.rank: timeline.step_breakdown(t) for t in traces}"
+        )
+    if isinstance(value, (list, tuple)):
+        return (
+            f"step_breakdown takes one loaded Trace, not a {type(value).__name__}: call "
+            "traces = timeline.load_trace(paths) first, then timeline.step_breakdown(t) for each t"
+        )
+    return (
+        f"step_breakdown takes one Trace from timeline.load_trace(path), got "
+        f"{type(value).__name__} {value!r:.60}"
+    )
+
+
 def step_breakdown(trace: Trace, step_pattern: str | None = None) -> list[StepBreakdown]:
     """One :class:`StepBreakdown` per step (``ProfilerStep#N`` or annotated steps; the whole
     trace as one window when there are none). A step's window is its wall-clock span on the
     host; device work launched in one step but running after it counts in the next window."""
     if not isinstance(trace, Trace):
-        raise TypeError("step_breakdown takes one Trace; for several ranks loop over them")
+        raise TypeError(_not_a_trace(trace))
     basis, iv = _classes(trace)
     steps = trace.steps(step_pattern)
     if not len(trace.columns):

@@ -272,8 +272,19 @@ def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
         writer.writerows([[spreadsheet_safe(c) for c in row] for row in rows])
 
 
+def _require_grades_file(grades: Path) -> None:
+    """One line when ``grades`` is not a file at all (before any talk of shards and parts)."""
+    what = "is a folder" if grades.is_dir() else "does not exist" if not grades.exists() else ""
+    if what:
+        raise CourseError(
+            f"{grades} {what}: give the grades CSV that `trainperf grade --out` or "
+            "`trainperf merge --out` wrote (its .details.jsonl file must be beside it)."
+        )
+
+
 def report(grades: Path, out: Path) -> Path:
     """Write the class report for ``grades`` (a CSV with its details file) into ``out``."""
+    _require_grades_file(grades)
     part = read_part(grades)
     if out.exists() and not out.is_dir():
         raise CourseError(f"--out {out} is a file; the report needs a folder.")

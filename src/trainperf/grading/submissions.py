@@ -118,6 +118,18 @@ def read_bytes(path: Path) -> bytes:
     return data
 
 
+def json_problem(exc: json.JSONDecodeError | UnicodeDecodeError) -> str:
+    """What is wrong with a file that is not JSON, in words and with its own punctuation:
+    ``Unterminated string starting at line 61, column 5``, ``Expecting value at line 1,
+    column 1``, ``byte 0xff at offset 0 is not UTF-8 text``."""
+    if isinstance(exc, UnicodeDecodeError):
+        bad = exc.object[exc.start : exc.start + 1]
+        return f"byte 0x{bad.hex() or '??'} at offset {exc.start} is not {exc.encoding.upper()} text"
+    message = exc.msg.rstrip(" :")
+    joint = " " if message.endswith(" at") else " at "  # "starting at", "character at"
+    return f"{message}{joint}line {exc.lineno}, column {exc.colno}"
+
+
 def read_submission(path: Path) -> tuple[dict | None, str, bytes]:
     """(the notebook as a dict or None, what is wrong with the file, its bytes)."""
     import nbformat
@@ -131,8 +143,7 @@ def read_submission(path: Path) -> tuple[dict | None, str, bytes]:
     try:
         json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f"; line {exc.lineno}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
-        return None, f"the submitted notebook is not valid JSON ({getattr(exc, 'msg', exc)}{where})", data
+        return None, f"the submitted notebook is not valid JSON ({json_problem(exc)})", data
     try:
         nb = nbformat.reads(data.decode("utf-8"), as_version=4)
     except Exception as exc:  # noqa: BLE001 — nbformat's reader raises many types; each is the answer
