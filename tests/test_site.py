@@ -7,8 +7,8 @@ checked as files (nothing hidden or solved leaks, every page says where its outp
 exercises are "your turn" boxes) and in the system's Chromium (no console error, no request
 leaving localhost, links resolve, search finds a term in each language, maths and code render,
 the Chinese text has every glyph in the served font; at a 1280 px window no code or output block
-scrolls sideways, the set-up cell is folded and the timeline plot's labels are shown at 10 pt or
-more).
+scrolls sideways, the set-up cell is folded and the timeline and pipeline plots' labels are shown at 10 pt
+or more).
 
 ``TRAINPERF_SITE_DIR=build/site TRAINPERF_SITE_EXECUTED=build/executed pytest tests/test_site.py
 -n0`` runs the same checks on a site built beforehand (e.g. every chapter, as the README's
@@ -508,9 +508,10 @@ JS_SETUP_CELL = """() => {
           codeShown: shown(code), outputShown: shown(output), output: output ? output.innerText : ''};
 }"""
 
-# Each picture drawn by a cell that calls plot_timeline: its width in the PNG and on the page.
-JS_TIMELINE_IMAGES = """() => [...document.querySelectorAll('.bd-article div.cell')]
-  .filter((c) => (c.querySelector('.cell_input')?.textContent || '').includes('plot_timeline('))
+# Each picture drawn by a cell that calls plot_timeline or plot_pipeline: its width in the PNG and
+# on the page.
+JS_TIMELINE_IMAGES = r"""() => [...document.querySelectorAll('.bd-article div.cell')]
+  .filter((c) => /plot_(timeline|pipeline)\(/.test(c.querySelector('.cell_input')?.textContent || ''))
   .flatMap((c) => [...c.querySelectorAll('.cell_output img')])
   .map((img) => [img.naturalWidth, img.getBoundingClientRect().width])"""
 
@@ -524,8 +525,13 @@ def _timeline_label_points() -> tuple[float, float]:
 
     ax = timeline.plot_timeline(timeline.load_trace(timeline.example_traces("ddp_one_slow")))
     texts = [*ax.get_xticklabels(), *ax.get_yticklabels(), ax.xaxis.label, *ax.get_legend().get_texts()]
+    pipe = timeline.plot_pipeline(timeline.simulate_pipeline(4, 8))
+    texts += [*pipe.get_xticklabels(), *pipe.get_yticklabels(), pipe.xaxis.label, *pipe.texts]
+    assert pipe.texts, "plot_pipeline wrote no bar's name"
     smallest, dpi = min(t.get_fontsize() for t in texts), ax.figure.dpi
+    assert pipe.figure.dpi == dpi and pipe.figure.get_figwidth() == ax.figure.get_figwidth()
     plt.close(ax.figure)
+    plt.close(pipe.figure)
     return smallest, dpi
 
 

@@ -129,8 +129,13 @@ def plot_pipeline(sched: PipelineSchedule, ax: Any = None) -> Any:
     import matplotlib.pyplot as plt
 
     i18n.for_plot()
-    if ax is None:
-        _, ax = plt.subplots(figsize=(10, 0.5 * sched.stages + 1.2))
+    if ax is None:  # a page column's width, as plot_timeline, so the 10 pt text is not shrunk
+        _, ax = plt.subplots(figsize=(7.2, 0.5 * sched.stages + 1.4), layout="constrained")
+    # a bar's name only where it fits: the axis' width in points over the schedule's length
+    # (a character at LABEL_PT is about 0.6 of its size wide)
+    length = max((op[1] for ops in sched.ops for op in ops), default=1.0)
+    width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
+    pt_per_unit = width_pt / length
     for s, ops in enumerate(sched.ops):
         for start, end, kind, mb in ops:
             ax.broken_barh(
@@ -138,12 +143,17 @@ def plot_pipeline(sched: PipelineSchedule, ax: Any = None) -> Any:
                 (s - 0.4, 0.8),
                 edgecolor="black",
                 linewidth=0.4,
-                color="tab:cyan" if kind == "F" else "tab:purple",
+                facecolor="tab:cyan" if kind == "F" else "tab:purple",
             )
-            ax.text((start + end) / 2, s, f"{kind}{mb}", ha="center", va="center", fontsize=7)
-    ax.set_yticks(range(sched.stages), [tr("stage {stage}", stage=s) for s in range(sched.stages)])
+            name = f"{kind}{mb}"
+            if (end - start) * pt_per_unit >= 0.6 * LABEL_PT * len(name):
+                ax.text((start + end) / 2, s, name, ha="center", va="center", fontsize=LABEL_PT)
+    ax.set_yticks(
+        range(sched.stages), [tr("stage {stage}", stage=s) for s in range(sched.stages)], fontsize=LABEL_PT
+    )
+    ax.tick_params(axis="x", labelsize=LABEL_PT)
     ax.invert_yaxis()
-    ax.set_xlabel(tr("time (units of one forward)"))
+    ax.set_xlabel(tr("time (units of one forward)"), fontsize=LABEL_PT)
     ax.set_title(
         tr(
             "{schedule}: {stages} stages × {microbatches} microbatches, bubble {bubble:.0%}",
