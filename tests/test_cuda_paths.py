@@ -167,14 +167,15 @@ def test_compare_speed_times_each_sample_with_cuda_events(gpu, monkeypatch):
         lambda: gpu.work(1.0),
         device="cuda",
         number=1,
-        min_pairs=4,
-        max_pairs=4,
+        min_pairs=6,
+        max_pairs=6,
+        max_seconds=1000,  # the host clock moves 1 s per reading: a budget it cannot spend
         warmup=1,
     )
     # device time from the events, not the host clock (which moves 1 s per reading)
-    assert result.baseline.samples == pytest.approx([0.002] * 4) and result.device == "cuda"
+    assert result.baseline.samples == pytest.approx([0.002] * 6) and result.device == "cuda"
     assert result.speedup == pytest.approx(2.0) and result.verdict == "faster"
-    assert gpu.log == ["record", "work", "record", "event_sync"] * 10  # 2 cold calls + 4 pairs
+    assert gpu.log == ["record", "work", "record", "event_sync"] * 14  # 2 cold calls + 6 pairs
 
 
 def test_profile_sync_events_counts_blocking_calls_and_drops_its_own_sync(gpu, monkeypatch):

@@ -314,11 +314,16 @@ def test_compare_sweep_reads_a_verdict_from_the_rounds():
     line = mfu.compare_sweep(twice)
     assert line.startswith("seq 64 trains faster than seq 16") and "6 rounds" in line
     # every length against the first, a pair fixed before timing (not the best against the worst)
-    three = _sweep_rows({16: [0.2] * 5, 32: [0.1, 0.11, 0.09, 0.1, 0.1], 64: [0.21, 0.19, 0.2, 0.2, 0.2]})
+    three = _sweep_rows(
+        {16: [0.2] * 6, 32: [0.1, 0.11, 0.09, 0.1, 0.1, 0.1], 64: [0.21, 0.19, 0.2, 0.2, 0.2, 0.2]}
+    )
     lines = mfu.compare_sweep(three).splitlines()
     assert lines[0].startswith("seq 32 trains faster than seq 16")
     assert lines[1].startswith("no difference between seq 64 and seq 16")
     low, high = (float(x.rstrip("x")) for x in line.split("interval ")[1].split(")")[0].split(" to "))
     assert low <= 2.0 <= high
+    # five rounds, all 2x: too few for a 95 % interval, so no verdict
+    five = _sweep_rows({16: [0.2] * 5, 32: [0.1] * 5})
+    assert mfu.compare_sweep(five).startswith("no difference between seq 32 and seq 16")
     with pytest.raises(ValueError, match="rows of one sweep_seq_lens run"):
         mfu.compare_sweep(same[:1])

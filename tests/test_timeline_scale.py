@@ -343,12 +343,18 @@ def test_bench_command_runs_small(capsys):
 
 def test_benchmark_result_is_a_measured_sentence():
     text = tl.benchmark_result()
-    assert "faster" in text and "HTA" in text and re.search(r"\d+\.\dx \(95 % interval", text)
-    # a ratio is printed only with its interval, from the interleaved pairs (3 or more)
-    r = _timeline_bench._ratio({"pairs": [(1.0, 9.0), (1.1, 9.5), (0.9, 9.2), (1.0, 8.8)]})
+    assert "HTA" in text and re.search(r"\d+\.\dx (our time )?\((95 % interval|range)", text)
+    # a verdict comes only with a 95 % interval, from 6 interleaved pairs or more
+    six = [(1.0, 9.0), (1.1, 9.5), (0.9, 9.2), (1.0, 8.8), (1.05, 9.1), (0.95, 8.9)]
+    r = _timeline_bench._ratio({"pairs": six})
     assert r["verdict"] == "faster" and r["ratio_low"] <= r["ratio"] <= r["ratio_high"]
-    two = _timeline_bench._ratio({"pairs": [(1.0, 9.0), (1.1, 9.5)]})
-    assert "ratio" not in two and "no ratio shown" in _timeline_bench._ratio_text(two)
+    assert "helpers.timeline is faster than HTA" in _timeline_bench._ratio_text(r)
+    five = _timeline_bench._ratio({"pairs": six[:5]})
+    assert "ratio" not in five and "no ratio shown" in _timeline_bench._ratio_text(five)
+    # a record from before (5 pairs, a verdict stored): its range is shown, its verdict is not
+    old = {"ratio": 8.6, "ratio_low": 7.3, "ratio_high": 9.0, "ratio_pairs": 5, "verdict": "faster"}
+    assert "too few for a 95 % interval" in _timeline_bench._ratio_text(old)
+    assert "faster" not in _timeline_bench._ratio_text(old)
     assert _trace_read.msgspec is msgspec and tl.json_parser() == f"msgspec {msgspec.__version__}"
 
 

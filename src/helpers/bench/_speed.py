@@ -1,4 +1,4 @@
-"""Is B faster than A? Interleaved pairs, a bootstrap interval, and one verdict.
+"""Is B faster than A? Interleaved pairs, an interval valid for any noise, and one verdict.
 
 Every speed comparison in the course goes through :func:`compare_speed` (two functions) or
 :func:`compare_windows` (two windows of training steps). The rules, in one place:
@@ -6,12 +6,17 @@ Every speed comparison in the course goes through :func:`compare_speed` (two fun
 * Both sides are warmed up first; warm-up is never timed.
 * They are timed in pairs, and the order inside a pair alternates (A B, B A, A B, ...), so a
   change in the machine's load hits both sides alike.
-* Both sides run with the same number of CPU threads, and the result says how many.
+* Both sides run with the same number of CPU threads, and the result says how many: by
+  default torch's setting, or 1 when the CPU's cores are busy (:func:`default_threads`).
 * On a GPU each sample is timed with CUDA events; on a CPU with ``time.perf_counter``.
 * The speed-up is the median over the pairs of (baseline time / tuned time). Its 95 %
-  interval comes from a bootstrap over the pairs (a fixed seed, so the same samples always
-  give the same interval).
-* Pairs are added until the interval is narrow enough or the time budget is spent.
+  interval is the distribution-free interval of a median: two of the sorted ratios, chosen
+  from the binomial distribution so that the interval holds the true median with at least
+  95 % probability, whatever the shape of the noise (heavy tails, outliers from a busy
+  machine). It needs at least 6 pairs; with fewer, no verdict but "within noise" is drawn.
+* Pairs are added until the interval is narrow enough or the time budget is spent. The budget
+  is wall-clock time after the warm-up: no pair starts that would end past it (at least one
+  pair is always timed), so a busy machine gives fewer pairs, not a longer wait.
 * The verdict is ``"faster"`` when the whole interval lies above ``1 + min_effect``,
   ``"slower"`` when it lies below ``1 / (1 + min_effect)``, and ``"within noise"`` otherwise.
   That verdict is the course's only definition of "improved".
@@ -20,6 +25,7 @@ Every speed comparison in the course goes through :func:`compare_speed` (two fun
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,30 +87,72 @@ class SpeedComparison:
             "slower": f"{tuned} is slower than {base}",
             "within noise": f"no difference between {tuned} and {base} beyond the noise",
         }[self.verdict]
+        span, pairs = "95 % interval", f"{self.pairs} interleaved pairs"
+        if self.pairs < min_pairs_for():  # no 95 % interval from so few: the range, no verdict
+            head = f"too few pairs to tell {tuned} from {base}"
+            span, pairs = "range", f"{pairs} (a 95 % interval needs {min_pairs_for()})"
+        elif self.verdict == "within noise" and (self.low > 1 or self.high < 1):
+            head = f"{tuned} and {base} differ by less than the {self.min_effect:.0%} threshold"
         return (
-            f"{head}: speed-up {self.speedup:.2f}x (95 % interval {self.low:.2f}x to "
-            f"{self.high:.2f}x) from {self.pairs} interleaved pairs; {base} "
+            f"{head}: speed-up {self.speedup:.2f}x ({span} {self.low:.2f}x to "
+            f"{self.high:.2f}x) from {pairs}; {base} "
             f"{self.baseline.median * 1e3:.3g} ms, {tuned} {self.tuned.median * 1e3:.3g} ms per "
             f"{self.unit} (medians), {self.threads} CPU thread{'s' * (self.threads != 1)} on "
             f"{self.device}."
         )
 
 
+def min_pairs_for(confidence: float = 0.95) -> int:
+    """The fewest pairs whose median has a distribution-free interval at ``confidence``: with n
+    pairs the widest such interval, from the smallest to the largest ratio, holds the median
+    with probability 1 - 2 / 2**n (6 pairs: 96.9 %)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence!r}")
+    n = 1
+    while 1 - 2 * 0.5**n < confidence:
+        n += 1
+    return n
+
+
+def _order_rank(n: int, confidence: float) -> int:
+    """The largest k (1-based) such that P(Binomial(n, 1/2) <= k - 1) <= (1 - confidence) / 2:
+    the k-th smallest and the k-th largest of n values bound the median's interval."""
+    tail, below, k = (1 - confidence) / 2, 0.0, 0
+    while k < n:
+        below += math.comb(n, k) * 0.5**n  # P(X <= k)
+        if below > tail:
+            break
+        k += 1
+    return k
+
+
 def interval(ratios: list[float], confidence: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
-    """(median, low, high) of per-pair time ratios: a percentile bootstrap of the median of
-    their logarithms, with a fixed seed. Needs at least 3 positive ratios."""
-    logs = np.log(np.asarray(ratios, dtype=float))
-    if logs.size < 3 or not np.all(np.isfinite(logs)):
+    """(median, low, high) of per-pair time ratios. ``low`` and ``high`` are order statistics
+    of the ratios: the k-th smallest and k-th largest, k from the binomial distribution
+    (:func:`min_pairs_for`), so the interval holds the true median with at least
+    ``confidence`` whatever the noise's shape. With fewer than ``min_pairs_for(confidence)``
+    ratios no such interval exists: ``low`` and ``high`` are then the smallest and the largest
+    ratio, and a verdict must not be drawn from them (:func:`verdict_of` with ``pairs=``).
+    Needs at least 3 positive ratios. ``seed`` is not used (the interval is exact); it is kept
+    so that older calls still work."""
+    del seed
+    values = np.sort(np.asarray(ratios, dtype=float))
+    if values.ndim != 1 or values.size < 3 or not np.all(np.isfinite(values)) or not np.all(values > 0):
         raise ValueError(f"need at least 3 positive, finite ratios, got {list(ratios)!r}")
-    rng = np.random.default_rng(seed)
-    draws = np.median(logs[rng.integers(0, logs.size, size=(_BOOTSTRAP_DRAWS, logs.size))], axis=1)
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(draws, [tail, 100 - tail])
-    return math.exp(float(np.median(logs))), math.exp(float(low)), math.exp(float(high))
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence!r}")
+    n = values.size
+    k = max(1, _order_rank(n, confidence))
+    mid = math.exp(float(np.median(np.log(values))))
+    return mid, float(values[k - 1]), float(values[n - k])
 
 
-def verdict_of(low: float, high: float, min_effect: float = 0.02) -> str:
-    """ "faster" / "slower" / "within noise" from a speed-up interval (see the module notes)."""
+def verdict_of(low: float, high: float, min_effect: float = 0.02, pairs: int | None = None) -> str:
+    """ "faster" / "slower" / "within noise" from a speed-up interval (see the module notes).
+    ``pairs``: how many pairs the interval comes from; below :func:`min_pairs_for` the interval
+    is not a 95 % one and the verdict is "within noise"."""
+    if pairs is not None and pairs < min_pairs_for():
+        return "within noise"
     if low > 1 + min_effect:
         return "faster"
     if high < 1 / (1 + min_effect):
@@ -156,7 +204,7 @@ def _run(
     timer = _Timer(dev, clock, sync)
     now = clock or time.perf_counter
     before = torch.get_num_threads()
-    used = threads or before
+    used = threads or default_threads(dev)
     torch.set_num_threads(used)
     try:
         cold, warm = {}, {}
@@ -171,14 +219,21 @@ def _run(
         (number,) = count(number=number)
         samples: dict[str, list[float]] = {side: [] for side in names}
         start = now()
-        stopped, checked_at = "the pair limit was reached", 0
+        stopped, checked_at, longest = "the pair limit was reached", 0, 0.0
         while len(samples[names[0]]) < max_pairs:
             i = len(samples[names[0]])
+            # the budget is wall-clock: no pair starts that would end past it (the longest pair
+            # so far is the guess), so a busy machine gives fewer pairs, not a longer wait
+            if i and now() - start + longest > max_seconds:
+                stopped = "the time budget was spent"
+                break
+            began = now()
             order = (0, 1) if i % 2 == 0 else (1, 0)
             pair = {}
             for k in order:
                 fn = (baseline, tuned)[k]
                 pair[names[k]] = timer(fn, number) / (number * per_call)
+            longest = max(longest, now() - began)
             for side in names:
                 if not pair[side] > 0:
                     raise RuntimeError(
@@ -189,9 +244,6 @@ def _run(
             n = i + 1
             if n < min_pairs:
                 continue
-            if now() - start >= max_seconds:
-                stopped = "the time budget was spent"
-                break
             if n >= checked_at + max(2, checked_at // 4):  # look now and then, not after every pair
                 checked_at = n
                 _, low, high = interval(_ratios(samples, names))
@@ -200,7 +252,12 @@ def _run(
                     break
     finally:
         torch.set_num_threads(before)
-    speedup, low, high = interval(_ratios(samples, names))
+    ratios = _ratios(samples, names)
+    if len(ratios) < 3:  # the budget ended the timing first: no interval at all
+        values = sorted(ratios)
+        speedup, low, high = values[len(values) // 2], values[0], values[-1]
+    else:
+        speedup, low, high = interval(ratios)
     measured = {
         side: Measurement(
             samples[side], cold[side] / per_call, str(dev), meta={"number": number, "unit": unit}
@@ -211,7 +268,7 @@ def _run(
         speedup,
         low,
         high,
-        verdict_of(low, high, min_effect),
+        verdict_of(low, high, min_effect, pairs=len(ratios)),
         len(samples[names[0]]),
         measured[names[0]],
         measured[names[1]],
@@ -223,6 +280,23 @@ def _run(
         float(min_effect),
         {"number": number, "max_seconds": max_seconds, "steps": per_call if unit == "step" else None},
     )
+
+
+def default_threads(device: str | torch.device = "cpu") -> int:
+    """CPU threads a comparison uses when none are given: torch's setting, but 1 on a CPU whose
+    cores are busy (the 1-minute load average leaves fewer free cores than torch's threads). On
+    a shared CPU several threads of one side wait for each other, and a comparison then gets a
+    few noisy pairs in its budget; one thread gets many (``python -m helpers.bench calibrate
+    --loads 1 2 6 --threads 1 2``, figures in the README)."""
+    current = torch.get_num_threads()
+    if torch.device(device).type != "cpu" or current == 1:
+        return current
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # not on this OS: keep torch's setting
+        return current
+    free = (os.cpu_count() or 1) - load
+    return current if free >= current - 0.5 else 1
 
 
 def _pair(names: Any) -> Any:
@@ -256,11 +330,15 @@ def compare_speed(
 ) -> SpeedComparison:
     """Time ``baseline()`` and ``tuned()`` in interleaved pairs and say which is faster.
 
-    ``threads``: CPU threads for both sides (default: torch's current setting), restored
-    afterwards. Pairs are added (at least ``min_pairs``, at most ``max_pairs``) until the
-    95 % interval of the speed-up spans no more than ``target_width`` (0.05 = 5 %) or
-    ``max_seconds`` of timing are spent. ``min_effect``: a speed-up inside
-    ``1 ± min_effect`` is called "within noise" even with a narrow interval. ``number``:
+    ``threads``: CPU threads for both sides (default: :func:`default_threads`: torch's current
+    setting, or 1 on a busy CPU), restored afterwards. Pairs are added (at most ``max_pairs``)
+    until, from ``min_pairs`` on, the 95 % interval of the speed-up spans no more than
+    ``target_width`` (0.05 = 5 %), or until ``max_seconds`` of wall-clock time are spent: the
+    budget holds even before ``min_pairs`` (no pair starts that would end past it; at least one
+    pair is timed), and fewer than 6 pairs give no verdict but "within noise". ``min_effect``:
+    a speed-up inside ``1 ± min_effect`` is called "within noise" even with a narrow interval:
+    below 2 %, a difference is smaller than what the course treats as a result (the printed
+    sentence then names the threshold). ``number``:
     calls per sample (default: enough for a sample of at least 20 ms, sized from the fastest
     warm-up call; a sample that short is mostly timer overhead and scheduler noise). ``names`` label
     the two sides in the printed sentence. ``clock`` and ``sync`` replace the timer and the

@@ -1,5 +1,5 @@
 """Speed comparisons between settings of a distributed step, by the course's one rule
-(:mod:`helpers.bench._speed`): interleaved turns, a bootstrap interval of the median ratio, a
+(:mod:`helpers.bench._speed`): interleaved turns, the distribution-free interval of the median ratio, a
 verdict with the 2 % ``min_effect``.
 
 Inside the ranks, :func:`time_interleaved` runs every setting's step once per round, in a
@@ -86,7 +86,7 @@ def compare_settings(
             speedup,
             low,
             high,
-            verdict_of(low, high, min_effect),
+            verdict_of(low, high, min_effect, pairs=len(ratios)),
             len(ratios),
             Measurement(base, base[0], device, meta={"unit": "step"}),
             Measurement(times, times[0], device, meta={"unit": "step"}),

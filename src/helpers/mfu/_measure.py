@@ -345,7 +345,7 @@ def compare_sweep(rows: Sequence[dict[str, Any]]) -> str:
             for t, t0 in zip(rows[i]["step_times_s"], first["step_times_s"], strict=True)
         ]
         mid, low, high = interval(ratios)
-        verdict = verdict_of(low, high)
+        verdict = verdict_of(low, high, pairs=len(ratios))
         a, b = f"seq {rows[i]['seq_len']}", f"seq {first['seq_len']}"
         head = {
             "faster": f"{a} trains faster than {b}",

@@ -42,7 +42,7 @@ class GemmPoint:
 
     def share_of(self, peak_flops: float, bandwidth: float) -> tuple[float, float, float]:
         """``(median, low, high)``: the fraction of the roofline's prediction the runs reached
-        (the median run), with a 95 % bootstrap interval over the runs. It needs 3 runs."""
+        (the median run), with a 95 % interval over the runs (helpers.bench.interval). It needs 3 runs."""
         if len(self.samples) < 3:
             raise ValueError(
                 f"M={self.M}: {len(self.samples)} timed run(s); measure at least 3 "

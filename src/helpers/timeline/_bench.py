@@ -223,12 +223,13 @@ def _interleaved(repeat: int, run_ours, run_hta) -> tuple[dict, dict | None]:
 
 
 def _ratio(o: dict) -> dict:
-    """HTA's time over ours, paired run by run: the median, its 95 % interval (with 3 pairs or
-    more) and the verdict, as :func:`helpers.bench.interval` and ``verdict_of`` give them."""
-    from ..bench import interval, verdict_of
+    """HTA's time over ours, paired run by run: the median, its 95 % interval (with 6 pairs or
+    more: :func:`helpers.bench.min_pairs_for`) and the verdict, as :func:`helpers.bench.interval`
+    and ``verdict_of`` give them."""
+    from ..bench import interval, min_pairs_for, verdict_of
 
     ratios = [h / mine for mine, h in o["pairs"]]
-    if len(ratios) < 3:
+    if len(ratios) < min_pairs_for():
         return {"ratio_pairs": len(ratios)}
     mid, low, high = interval(ratios)
     return {
@@ -236,15 +237,23 @@ def _ratio(o: dict) -> dict:
         "ratio_low": low,
         "ratio_high": high,
         "ratio_pairs": len(ratios),
-        "verdict": verdict_of(low, high),
+        "verdict": verdict_of(low, high, pairs=len(ratios)),
     }
 
 
 def _ratio_text(r: dict) -> str:
     if "ratio_low" not in r:
         return (
-            f"no ratio shown: {r.get('ratio_pairs', 0)} interleaved pairs were recorded, and an "
-            "interval needs 3 or more (--repeat)"
+            f"no ratio shown: {r.get('ratio_pairs', 0)} interleaved pairs were recorded, and a "
+            "95 % interval needs 6 or more (--repeat)"
+        )
+    from ..bench import min_pairs_for
+
+    if r["ratio_pairs"] < min_pairs_for():  # a record made before 6 pairs were the minimum
+        return (
+            f"HTA took {r['ratio']:.1f}x our time (range {r['ratio_low']:.1f}x to {r['ratio_high']:.1f}x "
+            f"over {r['ratio_pairs']} interleaved pairs: too few for a 95 % interval, which needs "
+            f"{min_pairs_for()}, so no verdict)"
         )
     word = {"faster": "faster than", "slower": "slower than", "within noise": "within noise of"}[r["verdict"]]
     return (
@@ -279,9 +288,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--repeat",
         type=int,
-        default=5,
+        default=6,
         help="interleaved pairs of runs (the fastest gives the memory and figures; all give "
-        "the ratio's interval, which needs 3 or more)",
+        "the ratio's 95 %% interval, which needs 6 or more)",
     )
     p.add_argument("--ranks", type=int, default=8, help="rank files in the many-rank test (0: skip)")
     p.add_argument("--rank-events", type=int, default=None, help="events per rank file (default --events)")
