@@ -310,3 +310,67 @@ def test_a_right_answer_passes_the_visible_checks_of_chapter_4_exercise_6(capsys
     learner = {"timeline": timeline, "checks": checks, "find_straggler": timeline.straggler}
     exec(_student_cell("04_timeline", "ex6_straggler_test"), learner)
     assert capsys.readouterr().out.count("✓") == 3
+
+
+# ---------------------------------------------------------------- fair types, honest messages
+
+
+def test_numpy_strings_and_scalars_count_as_their_python_values():
+    import numpy as np
+
+    labels = [np.str_("overflow"), np.str_("normal"), np.str_("underflow")]
+    assert _records.to_plain(labels) == ["overflow", "normal", "underflow"]
+    assert _records.to_plain(np.array(["a", "b"])) == ["a", "b"]
+    assert _records.to_plain({"n": np.int64(3), "x": np.float64(0.5), "ok": np.bool_(True)}) == {
+        "n": 3,
+        "x": 0.5,
+        "ok": True,
+    }
+    assert _records.compare("equal", _records.to_plain(labels), ["overflow", "normal", "underflow"], 0, 0)
+    checks.hidden.equal(labels, "labels", expect=lambda: ["overflow", "normal", "underflow"])
+    checks.hidden.close(np.float64(0.3000001), "a number", expect=lambda: 0.3, rtol=1e-5)
+    checks.equal(np.str_("Normal"), "normal", "a label")
+
+    class Sly(np.str_):  # a subclass is the learner's code: refused, not trusted
+        pass
+
+    with pytest.raises(_records.NotPlain):
+        _records.to_plain(Sly("x"))
+    with pytest.raises(_records.NotPlain, match="not numbers or strings"):
+        _records.to_plain(np.array([object()]))
+
+
+def test_a_none_the_check_allows_is_not_called_a_missing_return():
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.equal(None, 3, "count")
+    assert "return" in str(info.value)  # None where a number is asked: the usual slip
+    cases = [  # (a failing check, whether its message should ask about `return`)
+        (lambda: checks.equal(5, None, "which rank is slow (None: no rank)"), False),
+        (lambda: checks.equal(None, "fp16", "format"), True),  # None not allowed: asked
+        (lambda: checks.one_of(7, [None, 1, 2], "rank or None"), False),
+        (lambda: checks.one_of(None, [1, 2], "rank"), True),
+        (lambda: checks.hidden.equal(4, "hidden", expect=lambda: None), False),
+        (lambda: checks.hidden.one_of(None, "hidden", expect=lambda: [1, 2]), True),
+        (lambda: checks.hidden.one_of(3, "hidden", expect=lambda: [None, 1]), False),
+    ]
+    for fail, asks in cases:
+        with pytest.raises(checks.CheckFailed) as info:
+            fail()
+        assert ("`return`" in str(info.value)) == asks, str(info.value)
+    checks.equal(None, None, "no rank is slow")
+    checks.one_of(None, [None, 1], "rank or None")
+
+
+def test_a_failed_visible_check_sends_the_learners_answer_cut_short(monkeypatch):
+    sent = []
+    monkeypatch.setattr(_records, "recording", lambda: True)
+    monkeypatch.setattr(_records, "emit", sent.append)
+    with pytest.raises(checks.CheckFailed):
+        checks.equal("x" * 200, "normal", "label")
+    with pytest.raises(checks.CheckFailed):
+        checks.equal(5, None, "rank")
+    checks.equal(2, 2, "count", quiet=True)
+    long, rank, right = sent
+    assert len(long["got"]) == checks.GOT_CHARS and long["got"].endswith("…") and long["none"] is False
+    assert rank["got"] == "5" and rank["none"] is False
+    assert "got" not in right and right["ok"] is True

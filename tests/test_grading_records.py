@@ -81,6 +81,8 @@ VISIBLE_FIELDS = {
     "shown": None,
     "hint": lambda v: _is_text(v, 10_000),
     "none": lambda v: type(v) is bool,
+    # the learner's own answer, as the notebook showed it: shown on the feedback page when short
+    "got": lambda v: type(v) is str and len(v) <= checks.GOT_CHARS and "\n" not in v,
 }
 SHOWN_FIELDS = {
     "kind": lambda v: _is_text(v, 10_000),
@@ -453,3 +455,18 @@ def test_a_lookup_refuses_a_reply_with_another_id(monkeypatch):
     assert kernel.lookup("helpers.m.f", (), {"x": 1}) == (False, None)
     kernel = _kernel(monkeypatch, _Channel(_server(("helpers.m.f", {"x": 1}, "one"))))
     assert kernel.lookup("helpers.m.f", (), {"x": 1}) == (True, "one")
+
+
+def test_a_failed_visible_check_shows_expected_got_and_hint_as_the_notebook_does():
+    """The feedback page says what the notebook said: the expected value and hint from the
+    reference run, and the learner's own answer (at most checks.GOT_CHARS characters) from
+    the kernel; never a hidden check's expected value (hidden records give no words)."""
+    shown = copy.deepcopy(SHOWN)
+    shown["status"], shown["ename"] = "error", "CheckFailed"
+    shown["records"][0] |= {"ok": False, "got": "5"}
+    text = feedback("en", shown, REFERENCE["ex1_test#visible"], EXERCISES)
+    assert "expected 3, got 5." in text and "Hint: count them" in text, text
+    assert "得到 5" in feedback("zh", shown, REFERENCE["ex1_test#visible"], EXERCISES)
+    shown["records"][0]["got"] = "x" * (checks.GOT_CHARS + 1)  # longer than the checks send
+    verdict, _ = _grade(shown=shown)
+    assert "x" * 10 not in verdict.visible and any("ignored" in p for p in verdict.problems)

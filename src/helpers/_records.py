@@ -34,7 +34,8 @@ class NotPlain(TypeError):
 
 
 def _number_like(value: Any) -> Any:
-    """numpy / torch scalars and small arrays by value; None when ``value`` is neither.
+    """numpy / torch scalars (numpy strings too) and small arrays by value; None when
+    ``value`` is neither.
 
     Only the libraries' own types count, never a subclass: a subclass's ``tolist`` or
     ``item`` is the learner's code, and it would run here, after the graded region ended."""
@@ -46,11 +47,13 @@ def _number_like(value: Any) -> Any:
         if kind is np.ndarray:
             if value.size > MAX_ELEMENTS:
                 raise NotPlain(f"an array of {value.size:,} elements is too large to grade")
-            if value.dtype.kind not in "biuf":
-                raise NotPlain(f"an array of dtype {value.dtype} is not numbers")
+            if value.dtype.kind not in "biufU":
+                raise NotPlain(f"an array of dtype {value.dtype} is not numbers or strings")
             return value.tolist()
         if kind in _numpy_scalars(np):
             return value.item()
+        if kind is np.str_:  # numpy's own string type (not a subclass): its text
+            return str.__str__(value)
     if module == "torch":
         import torch
 

@@ -131,23 +131,47 @@ def expected_text(shown: dict[str, Any], lang: str | None = None) -> str:
     return expected + within
 
 
-def _visible_event(what: str, ok: bool, shown: dict[str, Any], hint: str, got: Any = 0) -> None:
+GOT_CHARS = 60  # the most of a learner's answer a feedback page shows (exam.feedback)
+
+
+def _visible_event(
+    what: str, ok: bool, shown: dict[str, Any], hint: str, got: Any = 0, none_allowed: bool = False
+) -> None:
     """Under ``trainperf grade``: what a visible check decided, as data. The grader writes the
-    feedback from these (and the reference run's labels), never from what the kernel prints."""
+    feedback from these (and the reference run's labels), never from what the kernel prints;
+    a failed check also sends the learner's own answer as the notebook shows it, cut to
+    ``GOT_CHARS`` (the grader checks the length)."""
     if _records.recording():
-        _records.emit(
-            {"event": "visible", "what": what, "ok": ok, "shown": shown, "hint": hint, "none": got is None}
-        )
+        event = {
+            "event": "visible",
+            "what": what,
+            "ok": ok,
+            "shown": shown,
+            "hint": hint,
+            "none": got is None and not none_allowed,
+        }
+        if not ok:
+            shown_got = _fmt(got)
+            event["got"] = shown_got if len(shown_got) <= GOT_CHARS else shown_got[: GOT_CHARS - 1] + "…"
+        _records.emit(event)
 
 
 def _fail(
-    what: str, shown: dict[str, Any], got: Any, hint: str, visible: bool = True, expected_value: Any = None
+    what: str,
+    shown: dict[str, Any],
+    got: Any,
+    hint: str,
+    visible: bool = True,
+    expected_value: Any = None,
+    none_allowed: bool = False,
 ) -> None:
     """Raise the learner's message; label and hint are shown in the notebook's language.
-    With ``expected_value``, a number, expected and got are printed in one format."""
+    With ``expected_value``, a number, expected and got are printed in one format.
+    ``none_allowed``: None is a right answer somewhere in this check (the expected value, or
+    one of the options), so a None answer is not a forgotten ``return``."""
     __tracebackhide__ = True  # IPython and pytest hide this frame
     if visible:
-        _visible_event(what, False, shown, hint, got)
+        _visible_event(what, False, shown, hint, got, none_allowed)
     pair = _fmt_pair(expected_value, got) if shown.get("kind") in ("close", "equal", "at_most") else None
     if pair is not None:
         shown = {**shown, "expected": pair[0]}
@@ -164,7 +188,7 @@ def _fail(
         expected=expected,
         got=pair[1] if pair is not None else _fmt(got),
     )
-    if got is None:
+    if got is None and not none_allowed:
         message += tr(" Did your function `return` its result?")
     if hint:
         message += tr("\n  Hint: {hint}", hint=text(hint))
@@ -216,7 +240,7 @@ def equal(got: Any, expected: Any, what: str, *, hint: str = "", quiet: bool = F
     else:
         got_cmp, exp_cmp = got, expected
     if isinstance(expected, bool) != isinstance(got, bool) or got_cmp != exp_cmp:
-        _fail(what, shown, got, hint, expected_value=expected)
+        _fail(what, shown, got, hint, expected_value=expected, none_allowed=expected is None)
     _ok(what, quiet, shown, hint)
 
 
@@ -226,7 +250,7 @@ def one_of(got: Any, allowed: Iterable[Any], what: str, *, hint: str = "") -> No
     options = list(allowed)
     shown = {"kind": "one_of", "expected": ", ".join(_fmt(o) for o in options)}
     if got not in options:
-        _fail(what, shown, got, hint)
+        _fail(what, shown, got, hint, none_allowed=any(o is None for o in options))
     _visible_event(what, True, shown, hint)
 
 
@@ -330,6 +354,7 @@ class _Hidden:
                 record.get("error") or hint,
                 visible=False,
                 expected_value=None if kind == "one_of" else wanted,
+                none_allowed=(None in wanted) if kind == "one_of" else wanted is None,
             )
         if _records.recording():  # the reference run: the solution agreed with expect()
             record["expected"] = wanted

@@ -384,7 +384,8 @@ _STATUSES = ("ok", "error", "died", "skipped")
 _RESULT_TEXT = ("ename", "evalue", "text", "records_overflow", "notebook_cap")
 _MAX_FIELD_CHARS = 10_000  # a label, a hint, a helper's name, an error message in one record
 _CHECK_FIELDS = frozenset({"what", "kind", "rtol", "atol", "value", "error"})
-_VISIBLE_FIELDS = frozenset({"event", "what", "ok", "shown", "hint", "none"})
+_VISIBLE_FIELDS = frozenset({"event", "what", "ok", "shown", "hint", "none", "got"})
+_GOT_CHARS = 60  # helpers.checks.GOT_CHARS: a longer 'got' is not the checks' and is not shown
 _SHOWN_FIELDS = frozenset({"kind", "expected", "rtol"})
 _BLOCKED_FIELDS = frozenset({"event", "helper"})
 _TYPE_WORDS = {
@@ -421,6 +422,19 @@ def _number_problem(fields: dict[str, Any], name: str) -> str | None:
         return f"its '{name}' is {_type_name(value)}, not a number"
     finite = value.bit_length() <= 1024 if type(value) is int else value - value == 0  # not nan, not inf
     return None if finite and value >= 0 else f"its '{name}' is not a finite number ≥ 0"
+
+
+def _got_problem(fields: dict[str, Any]) -> str | None:
+    """A visible check's ``got``: the learner's own answer as the notebook showed it, a string
+    of at most ``_GOT_CHARS`` characters on one line (longer is not what the checks send)."""
+    if "got" not in fields:
+        return None
+    value = fields["got"]
+    if type(value) is not str:
+        return f"its 'got' is {_type_name(value)}, not a string"
+    if len(value) > _GOT_CHARS or "\n" in value:
+        return f"its 'got' is longer than {_GOT_CHARS} characters or spans lines"
+    return None
 
 
 def _bool_problem(fields: dict[str, Any], name: str, required: bool = False) -> str | None:
@@ -520,6 +534,7 @@ def _valid_event(event: Any) -> str | None:
             if not event.keys() <= _VISIBLE_FIELDS
             else _bool_problem(event, "ok", required=True)
             or _bool_problem(event, "none")
+            or _got_problem(event)
             or _text_problem(event, "what")
             or _text_problem(event, "hint")
             or _shown_problem(event)
@@ -618,12 +633,17 @@ def feedback(
         if said[i].get("ok") is True:
             lines.append(f"✓ {label}")
             continue
-        line = tr_in(
-            lang,
-            "✗ {what}: expected {expected}.",
-            what=label,
-            expected=expected_text(want.get("shown") or {}, lang),
-        )
+        expected = expected_text(want.get("shown") or {}, lang)
+        if isinstance(said[i].get("got"), str):  # the learner's own answer, as the notebook showed it
+            line = tr_in(
+                lang,
+                "✗ {what}: expected {expected}, got {got}.",
+                what=label,
+                expected=expected,
+                got=said[i]["got"],
+            )
+        else:
+            line = tr_in(lang, "✗ {what}: expected {expected}.", what=label, expected=expected)
         if said[i].get("none") is True:
             line += tr_in(lang, " Did your function `return` its result?")
         if want.get("hint"):
