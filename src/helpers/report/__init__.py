@@ -16,6 +16,7 @@ Parts:
   functions behind each change (the integration points with chapters 5–8);
 * :mod:`~helpers.report.runner` — :func:`run_config` (one measured row) and :class:`Tuner`;
 * :mod:`~helpers.report.phases` — phase times of each step from a profiler trace;
+* :mod:`~helpers.report.synthetic` — GENERATED example traces with chosen phase times;
 * :mod:`~helpers.report.rules` — MFU / HFU, deltas, the data-stall rule, the bottleneck class,
   keep or revert (plain functions of plain numbers);
 * :mod:`~helpers.report.document` — the report: Markdown, JSON, plot, reading back, and the
@@ -79,6 +80,7 @@ from .rules import (
     room_ms,
 )
 from .runner import Trainer, Tuner, executed_flops, peak_for, run_config
+from .synthetic import write_trace as write_example_trace
 from .tuning import (
     Change,
     RunConfig,
@@ -118,6 +120,7 @@ __all__ = [
     "device_idle_share",
     "mean_phases",
     "step_phases",
+    "write_example_trace",
     "top_operators",
     "example_gpu_reports",
     "BOTTLENECK_PHASES",
