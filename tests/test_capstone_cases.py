@@ -87,3 +87,25 @@ def test_a_generated_trace_is_labelled_and_has_the_phases_asked_for(tmp_path):
         report.write_example_trace(tmp_path / "x.json", {"loading": 1.0})
     with pytest.raises(ValueError, match="more than 0 ms"):
         report.write_example_trace(tmp_path / "x.json", {"data": 0.0})
+
+
+def test_exercise_3_cases_keep_configurations_of_every_label():
+    """Exercise 3's graded reports (recorded prefixes, the GPU examples and the made-up ones)
+    end on kept configurations of all four labels, with and without a next action left."""
+    source = _hidden_source("ex3_findings_test")
+    reports = [report.recorded_report(name).rows for name in ("cpu-quick", "cpu-full")]
+    reports += [rep["rows"] for rep in report.example_gpu_reports().values()]
+    cases = [rows[:k] for rows in reports for k in range(1, len(rows) + 1)]
+    phases = ("data", "forward", "backward", "optimizer", "other")
+    for made in _literal(source, "GENERATED_REPORTS"):
+        cases.append(
+            [
+                {"name": n, "decision": d, "phases_ms": dict(zip(phases, ms, strict=True))}
+                for n, d, *ms in made
+            ]
+        )
+    found = [report.report_findings(rows) for rows in cases]
+    assert {f["bottleneck"] for f in found} == LABELS
+    assert any(f["next_action"] is None for f in found) and any(f["next_action"] for f in found)
+    recorded = found[: sum(len(r) for r in reports)]
+    assert "optimizer-bound" not in {f["bottleneck"] for f in recorded}  # why the made-up reports exist
