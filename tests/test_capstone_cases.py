@@ -109,3 +109,40 @@ def test_exercise_3_cases_keep_configurations_of_every_label():
     assert any(f["next_action"] is None for f in found) and any(f["next_action"] for f in found)
     recorded = found[: sum(len(r) for r in reports)]
     assert "optimizer-bound" not in {f["bottleneck"] for f in recorded}  # why the made-up reports exist
+
+
+def _exercise_4_cases() -> list:
+    """Exercise 4's graded cases, built by the hidden test's own code (its ``inputs`` helper
+    and its case list), with the course's helpers."""
+    cells = json.loads(SOLUTION.read_text(encoding="utf-8"))["cells"]
+    source = next(
+        "".join(c["source"])
+        for c in cells
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "ex4_kept_test"
+    )
+    visible, hidden = source.split("### BEGIN HIDDEN TESTS", 1)
+    keep = [
+        node
+        for node in ast.parse(visible).body
+        if (isinstance(node, ast.FunctionDef) and node.name == "inputs")
+        or (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DERIVED" for t in node.targets))
+    ]
+    namespace = {"report": report}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), "ex4-visible", "exec"), namespace)
+    exec(hidden.split("with checks.blocked", 1)[0], namespace)
+    return namespace["cases"]
+
+
+def test_exercise_4_cases_are_chains_a_tuner_could_produce():
+    """Each change of every case was tried on the configuration kept just before it (the
+    baseline, or the last kept change): no case keeps a change measured on a reverted one."""
+    cases = _exercise_4_cases()
+    assert len(cases) >= 12
+    for rows, budget in cases:
+        kept = report.kept_changes(rows, budget)
+        current = rows[0]["name"]
+        for row in rows[1:]:
+            assert row["tried_on"] == current, (row["name"], row["tried_on"], current, budget)
+            if row["name"] in kept:
+                current = row["name"]
+    assert {len(report.kept_changes(rows, budget)) for rows, budget in cases} >= {1, 2, 3}
