@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 import helpers.timeline as tl
 from helpers.bench._speed import VERDICTS, SpeedComparison
-from helpers.distributed._choose import REASONS, choose_setting, rows_from
+from helpers.distributed._choose import REASONS, acceptable_choices, choose_setting, rows_from
 from helpers.distributed._compare import compare_settings
 from helpers.distributed._ddp_knobs import (
     allreduces_per_step,
@@ -239,6 +239,31 @@ def test_choose_boundaries_follow_the_verdict_rule():
     assert choose_setting(edge, 100, min_effect=0.01) == ("a", "faster")
     just = [row("a", 0.9, 1 / 1.02, 10), row("b", 0.5, 0.6, 5)]
     assert choose_setting(just, 100) == ("a", "less memory")  # high = 1/1.02 is not slower
+
+
+def test_acceptable_choices_hold_the_rule_and_the_other_fair_readings():
+    """The graded exercise accepts the surest gain and the best estimate (the interval's
+    geometric middle) among faster settings, every tied setting, and never a setting over the
+    budget, a not-faster one when one is faster, or a wrong reason."""
+    rows = [
+        row("baseline", 1, 1, 100),
+        row("wide", 1.05, 1.60, 100),  # the best estimate (middle 1.30), a less sure gain
+        row("sure", 1.10, 1.20, 100),  # the surest gain (low 1.10)
+        row("too big", 1.50, 1.60, 101),
+    ]
+    got = acceptable_choices(rows, 100)
+    assert got[0] == list(choose_setting(rows, 100)) == ["sure", "faster"]
+    assert sorted(map(tuple, got)) == [("sure", "faster"), ("wide", "faster")]
+    ties = [row("a", 0.99, 1.01, 50), row("b", 0.98, 1.03, 50), row("c", 1, 1, 60)]
+    assert sorted(map(tuple, acceptable_choices(ties, 100))) == [("a", "less memory"), ("b", "less memory")]
+    slow = [row("a", 0.5, 0.7, 10), row("b", 0.6, 0.9, 20), row("c", 0.85, 0.88, 30), row("d", 0.3, 0.5, 5)]
+    assert sorted(map(tuple, acceptable_choices(slow, 100))) == [("b", "least slow"), ("c", "least slow")]
+    # the highest high (b), the best estimate and the highest low (c); never the slowest (d)
+    assert acceptable_choices(rows, 10) == [[None, "none fits"]]
+    for budget in (100, 101):
+        for name, reason in acceptable_choices(rows, budget):
+            fitting = {r["setting"] for r in rows if r["peak_bytes"] <= budget}
+            assert name in fitting and reason == choose_setting(rows, budget)[1]
 
 
 def test_choose_least_slow_when_every_fitting_one_is_slower():

@@ -22,7 +22,7 @@ verdict (:mod:`helpers.distributed._compare`).
 # ruff: noqa: F401  (a facade: it re-exports the names of its parts)
 from __future__ import annotations
 
-from ._choose import REASONS, choose_setting, rows_from
+from ._choose import REASONS, acceptable_choices, choose_setting, rows_from
 from ._collectives import DEFAULT_SIZES_BYTES, CollectiveRow, CollectiveTable, measure_collectives
 from ._compare import compare_settings, time_interleaved
 from ._ddp_knobs import (
@@ -96,6 +96,7 @@ __all__ = [
     "compare_prefetch",
     "plot_fsdp",
     "example_traces",
+    "acceptable_choices",
     "choose_setting",
     "rows_from",
     "predict_step",

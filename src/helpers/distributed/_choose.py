@@ -83,6 +83,40 @@ def choose_setting(
     return max(fits, key=lambda r: r["high"])["setting"], "least slow"
 
 
+def acceptable_choices(
+    rows: Sequence[Mapping[str, Any]], memory_budget_bytes: float, min_effect: float = 0.02
+) -> list[list[Any]]:
+    """Every ``[setting, reason]`` a fair reading of the goal gives (the graded exercise accepts
+    any of them): :func:`choose_setting`'s answer; among measurably faster settings the best
+    estimate (the highest midpoint of the interval, its geometric mean) as well as the surest gain;
+    among the slower ones, the best estimate, the highest ``high`` or the highest ``low``; and
+    every setting tied with a chosen one, not only the first listed."""
+    checked = _checked(rows)
+    budget = _number("memory_budget_bytes", memory_budget_bytes)
+    effect = _number("min_effect", min_effect)
+    setting, reason = choose_setting(checked, budget, effect)
+    if setting is None:
+        return [[None, reason]]
+    fits = [r for r in checked if r["peak_bytes"] <= budget]
+
+    def middle(r: Mapping[str, Any]) -> float:
+        return math.sqrt(r["low"] * r["high"])
+
+    def best(pool: list[dict[str, Any]], key: Any, pick: Any = max) -> list[str]:
+        top = pick(key(r) for r in pool)
+        return [r["setting"] for r in pool if key(r) == top]
+
+    if reason == "faster":
+        pool = [r for r in fits if r["low"] > 1 + effect]
+        names = best(pool, lambda r: r["low"]) + best(pool, middle)
+    elif reason == "less memory":
+        pool = [r for r in fits if r["high"] >= 1 / (1 + effect)]
+        names = best(pool, lambda r: r["peak_bytes"], min)
+    else:
+        names = best(fits, lambda r: r["high"]) + best(fits, middle) + best(fits, lambda r: r["low"])
+    return [[name, reason] for name in dict.fromkeys(names)]
+
+
 def rows_from(
     comparisons: Mapping[str, SpeedComparison] | Sequence[SpeedComparison], peaks: Mapping[str, int]
 ) -> list[dict[str, Any]]:
