@@ -168,9 +168,10 @@ def activation_bytes(
     (Korthikanti et al. 2022, Table 2).
 
     Defaults are the paper's: 16-bit activations (``bytes_per_element=2``), dropout, an
-    unfused attention, so ``"none"`` is s·b·h·(34 + 5·a·s/h), ``"selective"`` 34·s·b·h and
-    ``"full"`` 2·s·b·h. ``dropout=False`` drops the 1-byte masks (32·s·b·h + 2·a·s²·b);
-    ``fused_attention=True`` (FlashAttention-style kernels) drops every s × s term. With
+    unfused attention (the paper's section 4.1 gives the formulas; chapter 5 of the course
+    tabulates them). ``dropout=False`` drops what dropout keeps; ``fused_attention=True``
+    (FlashAttention-style kernels) drops every s × s term. (Exercise 3 of chapter 5 asks for
+    this count, so the formulas are not repeated here.) With
     ``tp`` tensor-parallel ranks, the parts inside the parallel region are split over them:
     s·b·h·(10 + 24/t + 5·a·s/(h·t)); ``sequence_parallel=True`` splits the rest too:
     s·b·h·(34 + 5·a·s/h)/t, and ``"full"`` keeps 2·s·b·h/t.
