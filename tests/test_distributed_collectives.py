@@ -169,8 +169,13 @@ def test_measure_collectives_on_two_gloo_ranks():
         assert table.carried_out_as[c] and all(e.startswith("gloo:") for e in table.carried_out_as[c])
     if "gloo:all_reduce" in table.carried_out_as["reduce_scatter"]:  # gloo has no own reduce-scatter
         assert any("reduce_scatter ran as gloo:all_reduce" in n for n in table.notes)
-    fit = table.fit("all_reduce")
-    assert fit.bandwidth > 0 and fit.points == 3
+    # on a busy machine the three sizes' times may not grow (noise): then the table gives the
+    # reason instead of a fit, as the notebook shows it; a fit, when there is one, is whole
+    for collective, fit in table.fits().items():
+        assert collective in COLLECTIVES
+        assert (not isinstance(fit, str) and fit.bandwidth > 0 and fit.points == 3) or (
+            isinstance(fit, str) and "measure larger messages" in fit
+        ), fit
     text = str(table)
     assert len(text.splitlines()) >= 2 + len(table.rows)
     json.dumps(table.as_dict())

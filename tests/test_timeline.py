@@ -4,6 +4,7 @@ real multi-GPU NCCL traces (../shared/traces/README.md)."""
 import gzip
 import json
 import math
+import time
 
 import pytest
 from conftest import HTA_FIGURES, ROOT, shared_trace
@@ -671,7 +672,11 @@ def test_waiting_for_ranks_ends_when_all_end_or_one_fails_or_time_runs_out():
 
     codes, seen = scripted([None, None], [None, 0], [0, 0])
     assert _ddp._wait_ranks(codes, timeout_s=1e9, poll_s=0) is False and len(seen) == 3
-    # a failed rank ends the wait: the other would wait for it in a collective
-    codes, seen = scripted([None, None], [None, 1])
-    assert _ddp._wait_ranks(codes, timeout_s=1e9, poll_s=0) is False and len(seen) == 2
+    # a failed rank ends the wait once the others end too (they leave their own reason)...
+    codes, seen = scripted([None, None], [None, 1], [1, 1])
+    assert _ddp._wait_ranks(codes, timeout_s=1e9, poll_s=0) is False and len(seen) == 3
+    # ...or after a short grace: the other would wait for it in a collective until its timeout
+    start = time.monotonic()
+    assert _ddp._wait_ranks(lambda: [None, 1], timeout_s=1e9, poll_s=0.01) is False
+    assert _ddp.FAILURE_GRACE_S <= time.monotonic() - start < _ddp.FAILURE_GRACE_S + 2
     assert _ddp._wait_ranks(lambda: [None, 0], timeout_s=0, poll_s=0) is True  # still running: time is up

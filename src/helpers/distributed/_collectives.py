@@ -87,6 +87,11 @@ class CollectiveTable:
             raise ValueError(f"{collective} was not measured; measured: {', '.join(self.collectives())}")
         return fit_alpha_beta([r.bytes_sent for r in rows], [r.median_s for r in rows])
 
+    def fits(self) -> dict[str, AlphaBetaFit | str]:
+        """:meth:`fit` of every collective measured; a collective whose times give no line (too
+        few sizes, or times that do not grow on a busy machine) gets the reason instead."""
+        return self._fits()
+
     def _fits(self) -> dict[str, AlphaBetaFit | str]:
         out: dict[str, AlphaBetaFit | str] = {}
         for c in self.collectives():

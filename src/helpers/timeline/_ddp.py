@@ -56,14 +56,24 @@ def _with_free_port(
     return [*errors, f"the rendezvous port was taken by another process on each of {tries} tries"]
 
 
+FAILURE_GRACE_S = 3.0  # after one rank fails, how long the others may take to end on their own
+
+
 def _wait_ranks(exit_codes: Callable[[], list[int | None]], timeout_s: float, poll_s: float = 0.05) -> bool:
     """Wait until every rank has ended, or one has failed (the others would wait for it in a
     collective until their own timeout), or ``timeout_s`` passed; ``exit_codes()`` gives None
     for a rank still running. True when the time ran out first."""
     deadline = time.monotonic() + timeout_s
+    grace_end = None
     while True:
         codes = exit_codes()
-        if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
+        if all(c is not None for c in codes):
+            return False
+        if grace_end is None and any(c not in (None, 0) for c in codes):
+            # a rank failed: the others get a moment to end and leave their own reason (the
+            # rank that raised first may still be writing it while its peer's collective fails)
+            grace_end = min(deadline, time.monotonic() + FAILURE_GRACE_S)
+        if grace_end is not None and time.monotonic() >= grace_end:
             return False
         if time.monotonic() >= deadline:
             return True
