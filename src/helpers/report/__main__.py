@@ -17,17 +17,10 @@ import time
 from collections.abc import Sequence
 
 from .document import build_report, read_report
+from .provenance import load_average as _load
 from .provenance import provenance
 from .runner import Tuner
-from .tuning import baseline_config, tuning_steps
-
-
-def _load() -> float | None:
-    """The 1-minute load average (other programs competing for the CPUs), where the OS has one."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
+from .tuning import baseline_config
 
 
 def _record(args: argparse.Namespace) -> int:
@@ -40,14 +33,19 @@ def _record(args: argparse.Namespace) -> int:
     tuner = Tuner(config, quick=not args.full, trace_dir=f"{args.out}/traces")
     rows = [tuner.run_baseline()]
     print(f"  baseline: {rows[0]['step_time_ms']:.2f} ms/step, {rows[0]['bottleneck']}", flush=True)
-    for change in tuning_steps(str(dev)):
-        if args.only and change.name not in args.only:
-            continue
-        row = tuner.try_change(change.name)
+    control = tuner.control()
+    print(f"  A/A control (baseline against itself): {control['sentence']}", flush=True)
+    names = args.only or None
+    for _ in range(args.max_changes):
+        pick = tuner.next_change() if names is None else ((names.pop(0), "asked for") if names else None)
+        if pick is None:
+            break
+        print(f"  {pick[1]}", flush=True)
+        row = tuner.try_change(*pick)
         print(
-            f"  {change.name}: {row['step_time_ms']:.2f} ms/step [{row['step_time_min_ms']:.2f}–"
+            f"  {row['name']}: {row['step_time_ms']:.2f} ms/step [{row['step_time_min_ms']:.2f}–"
             f"{row['step_time_max_ms']:.2f}], MFU {row['mfu']:.1%}, {row['bottleneck']}, "
-            f"{row['decision']}",
+            f"{row['decision']} ({row['reason']})",
             flush=True,
         )
     recorded = {
@@ -59,7 +57,9 @@ def _record(args: argparse.Namespace) -> int:
         "load_average_1min": {"start": load_before, "end": _load()},
         "cpu_count": os.cpu_count(),
     }
-    report = build_report(tuner.rows, recorded=recorded)
+    report = build_report(
+        tuner.rows, recorded=recorded, control=control, memory_budget_mb=config.memory_budget_mb
+    )
     paths = report.write(args.out)
     print(report.to_markdown())
     print("written:", ", ".join(str(p) for p in paths.values()))
@@ -73,11 +73,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record", help="run baseline + every change; write report.md/.json/.png")
+    rec = sub.add_parser(
+        "record", help="run the baseline, then the changes its profiles call for; write report.md/.json/.png"
+    )
     rec.add_argument("--device", default="auto", help="auto | cpu | cuda")
     rec.add_argument("--full", action="store_true", help="the larger configuration (GPT-2 small on a GPU)")
     rec.add_argument("--out", default="build/capstone", help="folder for the report and traces")
-    rec.add_argument("--only", nargs="*", help="try only these changes (default: all)")
+    rec.add_argument(
+        "--only", nargs="*", help="try these changes, in this order (default: the tuner reads each profile)"
+    )
+    rec.add_argument("--max-changes", type=int, default=8, help="at most this many rounds (default 8)")
     rec.add_argument("--where", default="", help="a label for the machine, stored in the report")
     show = sub.add_parser("show", help="print the comparison table of a written report")
     show.add_argument("path")

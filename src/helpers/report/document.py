@@ -23,6 +23,7 @@ import torch
 from .. import i18n
 from .._validate import flag as _flag
 from .._validate import unknown
+from ..bench import min_pairs_for
 from ..i18n import text, tr
 from . import rules
 from .provenance import header_line, provenance
@@ -66,8 +67,12 @@ def _notes(row: dict[str, Any]) -> str:
         notes.append(f"data stall: data {row['data_ratio']:.0%} of compute")
     if row["hfu"] > row["mfu"] * 1.05:
         notes.append("HFU > MFU: recomputed forward")
-    if row.get("decision") == "revert" and abs(row.get("loss_change", 0)) > row.get("loss_tolerance", 1e9):
-        notes.append("loss outside tolerance")
+    if row.get("reason") == "loss":
+        notes.append("training moved: loss curve outside tolerance")
+    elif row.get("reason") == "too big":
+        notes.append("over the memory budget")
+    elif row.get("reason") == "fits now":
+        notes.append("kept: makes the run fit the memory budget")
     notes += [f"check: {f}" for f in row.get("flags", [])]
     return "; ".join(text(note) for note in notes)
 
@@ -82,10 +87,10 @@ def table_row(row: dict[str, Any]) -> list[str]:
         text(row["change"]),
         f"{row['step_time_ms']:.2f} [{row['step_time_min_ms']:.2f}–{row['step_time_max_ms']:.2f}]",
         f"{row['samples_per_s']:,.1f}",
-        f"{row['tokens_per_s']:,.0f}",
+        _with_range(row["tokens_per_s"], row, "{:,.0f}"),
         f"{row['memory_mb']:.2f} ({mem_kind})",
         f"{row['loss']:.4f}",
-        _pct(row["mfu"]),
+        _with_range(row["mfu"], row, "{:.1%}"),
         _pct(row["hfu"]),
         "—" if delta is None or row.get("decision") == "baseline" else f"{delta:+.2f} ms",
         "—" if row.get("decision") == "baseline" else speed_cell(row),
@@ -95,13 +100,28 @@ def table_row(row: dict[str, Any]) -> list[str]:
     ]
 
 
+def _with_range(value: float | None, row: dict[str, Any], fmt: str) -> str:
+    """A per-second figure (inversely proportional to step time) with the range the row's
+    slowest and fastest timed windows give: how much the windows alone move it."""
+    if value is None:
+        return "n/a"
+    lo_ms, hi_ms, med = row.get("step_time_max_ms"), row.get("step_time_min_ms"), row["step_time_ms"]
+    if not lo_ms or not hi_ms:
+        return fmt.format(value)
+    low, high = value * med / lo_ms, value * med / hi_ms
+    return f"{fmt.format(value)} [{fmt.format(low)}–{fmt.format(high)}]"
+
+
 def speed_cell(row: dict[str, Any]) -> str:
     """The 'faster' cell: the verdict against the configuration the change was tried on, with the
     speed-up and its 95 % interval; a row recorded before interleaved comparisons says which rule
     it was decided by."""
     speed = row.get("speed")
     if speed:
-        return f"{speed['verdict']} ({speed['speedup']:.2f}x, {speed['low']:.2f}–{speed['high']:.2f})"
+        shown = f"{speed['speedup']:.2f}x, {speed['low']:.2f}–{speed['high']:.2f}"
+        if speed.get("pairs") is not None and speed["pairs"] < min_pairs_for(0.95):
+            return f"too few pairs to tell ({speed['pairs']}; range {speed['low']:.2f}–{speed['high']:.2f})"
+        return f"{speed['verdict']} ({shown})"
     if row.get("decision") in (None, "baseline"):
         return "—"
     return (
@@ -129,11 +149,13 @@ def format_row(row: dict[str, Any]) -> str:
     if row.get("decision") not in (None, "baseline"):
         vs = row["vs_previous"]
         verdict = speed_cell(row)
+        if row.get("why"):
+            lines.insert(1, f"  why: {row['why']}")
         lines.append(
             f"  vs {row.get('tried_on', 'previous')}: {vs['step_time_delta_ms']:+.2f} ms (medians); "
             f"interleaved: {verdict}"
-            f"; loss change {row['loss_change']:+.4f} (tolerance ±{row['loss_tolerance']:.4f})"
-            f" -> {row['decision'].upper()}"
+            f"; loss curve gap {row['loss_gap']:.4f} nats (tolerance {row['loss_tolerance']:.4f})"
+            f" -> {row['decision'].upper()} ({row.get('reason', '')})"
         )
         if row.get("speed"):
             lines.append(f"  {row['speed']['sentence']}")
@@ -154,12 +176,14 @@ class Report:
     next_action: list[str] = field(default_factory=list)
     recorded: dict[str, Any] = field(default_factory=dict)  # when, where, by what command
     analyst_findings: dict[str, Any] | None = None  # bottleneck, evidence, expected gain, next action
+    control: dict[str, Any] | None = None  # the A/A row: the baseline timed against itself
+    memory_budget_mb: float | None = None
 
     def findings_problems(self) -> list[str]:
         """What the analyst's findings get wrong about these rows (:func:`rules.check_findings`)."""
         if self.analyst_findings is None:
             return ["no findings written yet"]
-        return rules.check_findings(self.rows, self.analyst_findings)
+        return rules.check_findings(self.rows, self.analyst_findings, memory_budget_mb=self.memory_budget_mb)
 
     @property
     def baseline(self) -> dict[str, Any]:
@@ -194,18 +218,26 @@ class Report:
             "",
             "## Throughput",
             "",
-            f"Loss after {self.baseline['loss_steps']} steps must stay within "
-            f"{rules.LOSS_TOLERANCE:.0%} of the baseline's ({self.baseline['loss']:.4f}). "
+            "Training must not move: each change's per-step loss curve (same seed, same batches) "
+            f"stays within {rules.LOSS_CURVE_SHARE:.0%} of what the baseline learned over the run "
+            f"(mean absolute gap, step by step; the baseline went from {_first_loss(self.baseline)} "
+            f"to {self.baseline['loss']:.4f} after {self.baseline['loss_steps']} steps). "
             "'faster' is the verdict of an interleaved comparison with the configuration the "
             "change was tried on (speed-up, 95 % interval): faster, slower or within noise; "
-            "only 'faster' keeps a change. Memory: 'peak' = CUDA peak allocated, 'saved' = "
-            "bytes saved for backward (CPU). 'check:' notes say which numbers to doubt.",
+            "only 'faster' keeps a change. tokens/s and MFU: the median window, and [slowest–"
+            "fastest] window. Memory: 'peak' = CUDA peak allocated, 'saved' = bytes saved for "
+            "backward (CPU). 'check:' notes say which numbers to doubt.",
             "",
         ]
         table = self.table()
         lines.append("| " + " | ".join(table[0]) + " |")
         lines.append("|" + "---|" * len(table[0]))
         lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in table[1:]]
+        lines += ["", control_line(self.control)]
+        lines += ["", "## Why each change was tried", ""] + [
+            f"- {r['name']}: {r.get('why') or 'not recorded (tried in a fixed order)'}" for r in self.rows[1:]
+        ]
+        lines += ["", "## Memory", "", *memory_lines(self.rows, self.memory_budget_mb)]
         lines += ["", "## Trace findings", ""] + [f"- {f}" for f in self.trace_findings]
         lines += ["", "## Top operators and device idle time", "", *_hot_spots(self.rows)]
         lines += ["", "## Findings (written by the analyst)", ""]
@@ -242,6 +274,43 @@ class Report:
         return paths
 
 
+def _first_loss(row: dict[str, Any]) -> str:
+    curve = row.get("loss_curve")
+    return f"{curve[0]:.4f}" if curve else "(first step not recorded)"
+
+
+def control_line(control: dict[str, Any] | None) -> str:
+    """The A/A row: the baseline against an identical copy, timed like every change. Anything
+    but "within noise" says this machine's noise can fake a verdict."""
+    if not control:
+        return "A/A control: not run for this report (no measure of how often noise looks like a gain)"
+    speed = f"{control['speedup']:.2f}x, 95 % interval {control['low']:.2f}–{control['high']:.2f}"
+    if control["verdict"] == "within noise":
+        return f"A/A control (the baseline against itself): within noise ({speed}): verdicts can be read"
+    return (
+        f"A/A control (the baseline against itself): '{control['verdict']}' ({speed}): noise alone gave "
+        "a verdict, so distrust this report's verdicts and measure again on a quieter machine"
+    )
+
+
+def memory_lines(rows: list[dict[str, Any]], budget_mb: float | None) -> list[str]:
+    """One line per configuration: what memory was measured, and against the budget."""
+    out = []
+    for row in rows:
+        peak = row.get("peak_mem_mb")
+        parts = [f"saved for backward {row['saved_mb']:.2f} MiB" if row.get("saved_mb") is not None else ""]
+        parts.append(
+            f"CUDA peak allocated {peak:.1f} MiB" if peak is not None else "no device peak (a CPU run)"
+        )
+        if budget_mb is not None:
+            used = rules.memory_mb(row)
+            parts.append(
+                f"budget {budget_mb:g} MiB: {'over' if used is not None and used > budget_mb else 'fits'}"
+            )
+        out.append(f"- {row['name']}: " + "; ".join(p for p in parts if p))
+    return out
+
+
 def _plain(value: Any) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
@@ -260,10 +329,19 @@ def _hot_spots(rows: list[dict[str, Any]]) -> list[str]:
             )
             continue
         what = "kernels" if row.get("device", "").startswith("cuda") else "operators (self time)"
-        out.append(
-            f"- {label} ({row['name']}), top {what}, ms per step: "
-            + ", ".join(f"{name} {ms:.2f}" for name, ms in ops)
-        )
+        step = row["step_time_ms"]
+        out.append(f"- {label} ({row['name']}), top {what}, ms per step (share of the step):")
+        costs = row.get("op_costs") or {}
+        for name, ms in ops:
+            line = f"  - {name} {ms:.2f} ({ms / step:.0%})"
+            cost = costs.get(name)
+            if cost and cost["bytes"] > 0 and ms > 0:
+                line += (
+                    f"; {cost['flops'] / 1e6:,.1f} MFLOP, {cost['flops'] / cost['bytes']:.1f} FLOP/byte "
+                    f"(shapes the profiler recorded), {cost['flops'] / (ms / 1e3) / 1e9:.2f} GFLOP/s = "
+                    f"{cost['flops'] / (ms / 1e3) / row['peak_flops']:.0%} of the peak"
+                )
+            out.append(line)
         idle = row.get("device_idle_share")
         out.append(
             f"  - GPU idle: {idle:.1%} of the profiled steps"
@@ -291,28 +369,37 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
         )
     for row in rows[1:]:
         if row.get("decision") == "revert":
-            out.append(
-                f"reverted {row['name']}: "
-                + (
-                    "loss moved beyond tolerance"
-                    if abs(row["loss_change"]) > row["loss_tolerance"]
-                    else f"not faster ({speed_cell(row)})"
-                    if not row.get("faster")
-                    else "does not fit the memory budget"
-                )
-            )
+            reason = {
+                "loss": f"training moved (loss curve gap {row.get('loss_gap', 0):.4f} nats, tolerance "
+                f"{row.get('loss_tolerance', 0):.4f})",
+                "too big": "does not fit the memory budget",
+            }.get(row.get("reason", ""), f"not faster ({speed_cell(row)})")
+            out.append(f"reverted {row['name']} (tried on {row.get('tried_on')}): {reason}")
     return out
 
 
-def next_actions(rows: list[dict[str, Any]]) -> list[str]:
-    """The next round: the fix for the tuned configuration's bottleneck, then reruns."""
+#: Where to look when the capstone's own changes for a bottleneck have all been tried.
+BEYOND = {
+    "data-bound": "faster decoding or tokenizing, samples cached in memory, more CPU cores for the loader",
+    "compute-bound": "more work per kernel (a larger batch or sequence), attention kernels such as "
+    "FlashAttention, a larger device",
+    "optimizer-bound": "fewer parameters to update (LoRA / adapters), the optimizer state sharded "
+    "across devices (ZeRO, chapter 10)",
+    "host-bound": "CUDA graphs, a larger batch per step (fewer, larger kernels)",
+}
+
+
+def next_actions(rows: list[dict[str, Any]], memory_budget_mb: float | None = None) -> list[str]:
+    """The next round, from the rows as they are now: the changes left for the tuned
+    configuration's bottleneck (:func:`rules.next_actions_for`), or where to look beyond them."""
     kept = rules.kept_row(rows)
-    untried = rules.next_actions_for(rows)
+    label = rules.bottleneck_class(kept["phases_ms"])
+    untried = rules.next_actions_for(rows, memory_budget_mb)
     first = (
-        f"tuned is {kept['bottleneck']}: next, try {' or '.join(untried)}"
+        f"tuned ({kept['name']}) is {label}: next, try {' or '.join(untried)}"
         if untried
-        else f"tuned is {kept['bottleneck']}: the capstone's usual fixes for it were all tried; look beyond "
-        f"them ({rules.NEXT_ACTIONS[kept['bottleneck']]})"
+        else f"tuned ({kept['name']}) is {label}, and every change this capstone has for it was tried on "
+        f"it or is held: look beyond them ({BEYOND[label]})"
     )
     return [
         first,
@@ -326,12 +413,14 @@ def build_report(
     experiment: str | None = None,
     recorded: dict[str, Any] | None = None,
     analyst_findings: dict[str, Any] | None = None,
+    control: dict[str, Any] | None = None,
+    memory_budget_mb: float | None = None,
 ) -> Report:
     """A report from the rows of a :class:`helpers.report.Tuner` (baseline first). Without
     ``recorded``, the header states this process's provenance (date, command, device model,
     threads, versions, commit): the report is being made here and now. ``analyst_findings``
     are the fields the analyst wrote (bottleneck, evidence_ms, next_action, expected_gain_ms);
-    the report checks them against the rows."""
+    the report checks them against the rows. ``control``: the A/A row (:meth:`Tuner.control`)."""
     if not rows:
         raise ValueError("build_report needs at least the baseline row")
     base = rows[0]
@@ -366,9 +455,11 @@ def build_report(
         f"dp=1, tp=1, pp=1, activation_checkpoint={ckpt} (tuned)",
         rows,
         findings(rows),
-        next_actions(rows),
+        next_actions(rows, memory_budget_mb),
         provenance(base["device"], threads=cfg.get("threads")) if recorded is None else recorded,
         dict(analyst_findings) if analyst_findings is not None else None,
+        control,
+        memory_budget_mb,
     )
 
 
@@ -381,7 +472,8 @@ def rederive(rows: list[dict[str, Any]], memory_budget_mb: float | None = None) 
             new = rules.derive(row, baseline=row)
             new["decision"] = "baseline"
         else:
-            previous = next(r for r in out if r["name"] == row["tried_on"])
+            # the latest row of that name: a change tried again refers to its newest row
+            previous = [r for r in out if r["name"] == row["tried_on"]][-1]
             new = rules.derive(row, baseline=out[0], previous=previous, memory_budget_mb=memory_budget_mb)
         out.append(new)
     return out
@@ -397,9 +489,14 @@ def read_report(path: str | Path) -> Report:
         raise FileNotFoundError(f"no report at {path}: give report.json or the folder Report.write() made")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        data["rows"] = rederive(data["rows"], data["config"].get("memory_budget_mb"))
+        budget = data.get("memory_budget_mb", data["config"].get("memory_budget_mb"))
+        data["memory_budget_mb"] = budget
+        data["rows"] = rederive(data["rows"], budget)
+        # what the rows say is recomputed, never the text stored with them
+        data["trace_findings"] = findings(data["rows"])
+        data["next_action"] = next_actions(data["rows"], budget)
         return Report(**data)
-    except (json.JSONDecodeError, TypeError, KeyError, StopIteration) as err:
+    except (json.JSONDecodeError, TypeError, KeyError, IndexError) as err:
         raise ValueError(f"{path} is not a report written by helpers.report ({err})") from None
 
 
@@ -436,7 +533,8 @@ def recorded_trace(name: str = "tiny-baseline") -> Path:
 
 
 def plot_report(report: Report):
-    """Step time (median, min–max bars), MFU / HFU and memory of every row."""
+    """Each change's interleaved speed-up with its 95 % interval (against the configuration it
+    was tried on; the A/A control first), MFU / HFU, and memory of every row."""
     import matplotlib.pyplot as plt
 
     rows = report.rows
@@ -444,13 +542,24 @@ def plot_report(report: Report):
     colors = ["tab:gray" if r.get("decision") == "revert" else "tab:blue" for r in rows]
     i18n.for_plot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    med = [r["step_time_ms"] for r in rows]
-    err = [
-        [r["step_time_ms"] - r["step_time_min_ms"] for r in rows],
-        [r["step_time_max_ms"] - r["step_time_ms"] for r in rows],
+    compared = ([("A/A", report.control)] if report.control else []) + [
+        (r["name"], r["speed"]) for r in rows[1:] if r.get("speed")
     ]
-    axes[0].bar(names, med, yerr=err, color=colors, capsize=3)
-    axes[0].set_ylabel(tr("step time, ms (median, min–max)"))
+    ax = axes[0]
+    if compared:
+        ys = [s["speedup"] for _, s in compared]
+        err = [
+            [s["speedup"] - s["low"] for _, s in compared],
+            [s["high"] - s["speedup"] for _, s in compared],
+        ]
+        col = {"faster": "tab:green", "slower": "tab:red"}
+        ax.errorbar(range(len(compared)), ys, yerr=err, fmt="none", ecolor="black", capsize=4, linewidth=1)
+        ax.scatter(
+            range(len(compared)), ys, c=[col.get(s["verdict"], "tab:gray") for _, s in compared], zorder=3
+        )
+        ax.set_xticks(range(len(compared)), [n for n, _ in compared])
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
+    ax.set_ylabel(tr("speed-up vs the configuration tried on (95 % interval)"))
     x = range(len(rows))
     axes[1].bar([i - 0.2 for i in x], [100 * r["mfu"] for r in rows], 0.4, label="MFU")
     axes[1].bar([i + 0.2 for i in x], [100 * r["hfu"] for r in rows], 0.4, label="HFU")
@@ -458,10 +567,17 @@ def plot_report(report: Report):
     axes[1].set_ylabel(tr("% of the precision's peak"))
     axes[1].legend()
     axes[2].bar(names, [r["memory_mb"] for r in rows], color=colors)
+    if report.memory_budget_mb is not None:
+        axes[2].axhline(report.memory_budget_mb, color="tab:red", linewidth=1, linestyle="--")
     cuda = rows[0].get("peak_mem_mb") is not None
     axes[2].set_ylabel(tr("MiB (CUDA peak allocated)") if cuda else tr("MiB (saved for backward)"))
     for ax in axes:
         ax.tick_params(axis="x", rotation=45)
-    fig.suptitle(tr("{experiment} — grey: reverted", experiment=text(report.experiment)))
+    fig.suptitle(
+        tr(
+            "{experiment} — green: faster, red: slower, grey: within noise or reverted",
+            experiment=text(report.experiment),
+        )
+    )
     fig.tight_layout()
     return fig

@@ -15,6 +15,7 @@ The training loop marks its phases with named ranges (``helpers.nvtx.annotate``,
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
@@ -127,6 +128,50 @@ def top_operators(trace: Trace, n: int = 5) -> list[tuple[str, float]]:
                 open_ops.append([op, 0.0])
     ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:n]
     return [(name, us / 1e3 / len(steps)) for name, us in ranked]
+
+
+_ITEMSIZE = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "long int": 8, "int": 4}
+_MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def _matmul_cost(args: dict) -> tuple[float, float] | None:
+    """(FLOPs, bytes) of one matrix product from the shapes the profiler recorded
+    (``record_shapes=True``): 2·M·K·N (times the batch), and the bytes of its inputs and output.
+    ``None`` when the shapes are not there."""
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not dims or not types:
+        return None
+    mats = [(d, t) for d, t in zip(dims, types, strict=False) if isinstance(d, list) and len(d) in (2, 3)]
+    if len(mats) < 2:
+        return None
+    (a, ta), (b, _) = mats[-2], mats[-1]
+    if a[-1] != b[-2]:
+        return None
+    batch = a[0] if len(a) == 3 else 1
+    m, k, n = a[-2], a[-1], b[-1]
+    size = _ITEMSIZE.get(ta, 4)
+    inputs = sum(math.prod(d) * _ITEMSIZE.get(t, 4) for d, t in mats)
+    return 2.0 * batch * m * k * n, float(inputs + batch * m * n * size)
+
+
+def operator_costs(trace: Trace, names: Sequence[str]) -> dict[str, dict[str, float]]:
+    """FLOPs and bytes per profiled step of the matrix products among ``names`` (``aten::mm``,
+    ``addmm``, ``bmm``, ``baddbmm``), from the shapes the profiler recorded: what places them on a
+    roofline (chapter 1). Operators that are not matrix products, or a trace recorded without
+    shapes, are left out: their FLOPs are not known from the trace."""
+    steps = [s for s in trace.steps() if s.name.startswith("ProfilerStep")] or trace.steps()
+    if not steps:
+        return {}
+    lo, hi = min(s.ts for s in steps), max(s.end for s in steps)
+    out: dict[str, dict[str, float]] = {}
+    for e in trace.events:
+        if e.name in names and e.name in _MATMULS and e.stream is None and lo <= e.ts < hi:
+            cost = _matmul_cost(e.args)
+            if cost is not None:
+                acc = out.setdefault(e.name, {"flops": 0.0, "bytes": 0.0})
+                acc["flops"] += cost[0] / len(steps)
+                acc["bytes"] += cost[1] / len(steps)
+    return out
 
 
 def device_idle_share(trace: Trace) -> float | None:

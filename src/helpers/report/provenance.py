@@ -59,13 +59,27 @@ def _commit() -> str:
                 )
             except (OSError, subprocess.TimeoutExpired):
                 return "a git checkout (commit unknown: git did not answer)"
-            return out.stdout.strip() or "a git checkout (commit unknown)"
+            sha = out.stdout.strip()
+            if not sha:
+                return "a git checkout (commit unknown)"
+            try:
+                dirty = subprocess.run(
+                    ["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                ).stdout.strip()
+            except (OSError, subprocess.TimeoutExpired):
+                return f"{sha} (not known whether the tree had uncommitted changes)"
+            # numbers measured from a tree with edits are not reproducible from the commit alone
+            return f"{sha} + uncommitted changes" if dirty else sha
     return "an installed package (no git checkout)"
 
 
 def provenance(device: str = "cpu", command: str | None = None, threads: int | None = None) -> dict[str, Any]:
-    """Date and time (UTC), command, device model, CPU thread count, torch, Python and course
-    version, and the commit: what a report header states about where its numbers come from.
+    """Date and time (UTC), command, device model, CPU thread count, the 1-minute load average,
+    torch, Python and course version, and the commit (marked when the tree had uncommitted
+    changes): what a report header states about where its numbers come from.
     ``threads``: the CPU threads the runs used (default: torch's setting now)."""
     from .. import __version__
 
@@ -75,11 +89,29 @@ def provenance(device: str = "cpu", command: str | None = None, threads: int | N
         "device_model": device_model(device),
         "threads": threads or torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
+        "load_average_1min": load_average(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "course": __version__,
         "commit": _commit(),
     }
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (programs running or waiting for a CPU), where the OS has one."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def _load_text(load: Any, cpus: Any) -> str:
+    """A load average (a number, or ``{"start", "end"}`` of a recording) against the CPU count."""
+    if isinstance(load, dict):
+        shown = f"{load.get('start')}–{load.get('end')} (start–end)"
+    else:
+        shown = f"{load}"
+    return f"load average {shown} on {cpus} CPUs" if cpus else f"load average {shown}"
 
 
 def header_line(recorded: dict[str, Any]) -> str:
@@ -97,6 +129,10 @@ def header_line(recorded: dict[str, Any]) -> str:
         ("commit", "commit {}"),
     ):
         (parts.append(shown.format(recorded[key])) if have(key) else missing.append(key.replace("_", " ")))
+    if have("load_average_1min"):
+        parts.append(_load_text(recorded["load_average_1min"], recorded.get("cpu_count")))
+    else:
+        missing.append("load average")
     if have("where"):
         parts.append(str(recorded["where"]))
     if missing:

@@ -4,7 +4,8 @@
 * :func:`compare` — baseline minus tuned, with "improved" read from the interleaved verdict;
 * :func:`data_stall` — data time above 20% of compute time is a bottleneck;
 * :func:`bottleneck_class` — which part of the step to work on next, from the trace's phases;
-* :func:`decide` — keep or revert a change (loss first, then memory, then speed);
+* :func:`loss_gap` — how far a change moved the per-step loss curve from the baseline's;
+* :func:`decide` — keep or revert a change (loss first, then memory, then speed), and why;
 * :func:`derive` — a measured row's derived numbers (throughput, memory, MFU / HFU, data stall,
   bottleneck class, flags; against a baseline: deltas and the keep / revert decision), all
   from the functions here;
@@ -25,7 +26,14 @@ from .._validate import flag as _flag
 from .._validate import unknown
 
 STALL_THRESHOLD = 0.2  # data time above 20% of compute time is a bottleneck
-LOSS_TOLERANCE = 0.02  # a change may move the loss after N steps by at most 2% of the baseline's
+#: A change meant only for speed may move the per-step loss curve (mean absolute gap to the
+#: baseline's, step by step) by at most this share of what the baseline learned over the run.
+#: Measured on the quick CPU baseline (seeded, same batches): bf16 moves it by 0.0002 nats, no_sync,
+#: workers, fused and checkpointing by less than 0.0001; a slipped learning rate (0.3x) by 0.65
+#: nats and another seed by 0.06, against 1.9 nats learned: 5 % (0.1 nats) keeps the first group and
+#: stops the slipped learning rate (``python -m helpers.report curves`` prints these figures).
+LOSS_CURVE_SHARE = 0.05
+LOSS_TOLERANCE = 0.02  # rows without a loss curve: the loss after N steps within 2% of the baseline's
 
 #: What to try next for each bottleneck class (the usual first fix for each).
 NEXT_ACTIONS = {
@@ -117,30 +125,64 @@ def bottleneck_class(phases: Mapping[str, float], threshold: float = STALL_THRES
     return max(parts, key=parts.__getitem__)
 
 
-def decide(
-    loss_change: float,
+LOSS_CURVE_TAIL = 5  # the loss "after N steps" is the mean of the last 5 steps' losses
+
+
+def loss_gap(baseline: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, float]:
+    """(gap, tolerance) between a row's training and the baseline's, in nats.
+
+    With per-step loss curves on both rows (``loss_curve``, the same seeded batches): the mean
+    absolute difference, step by step, and :data:`LOSS_CURVE_SHARE` of what the baseline learned
+    (its first step's loss minus its loss after N steps). Without curves: the difference of the
+    losses after N steps and :data:`LOSS_TOLERANCE` of the baseline's."""
+    base_curve, curve = baseline.get("loss_curve"), row.get("loss_curve")
+    if base_curve and curve:
+        n = min(len(base_curve), len(curve))
+        gap = sum(abs(a - b) for a, b in zip(curve[:n], base_curve[:n], strict=True)) / n
+        tail = base_curve[-LOSS_CURVE_TAIL:]
+        learned = base_curve[0] - sum(tail) / len(tail)
+        return gap, LOSS_CURVE_SHARE * abs(learned)
+    return abs(row["loss"] - baseline["loss"]), LOSS_TOLERANCE * abs(baseline["loss"])
+
+
+#: Why :func:`decide_why` keeps or reverts a change.
+REASONS = ("loss", "too big", "fits now", "faster", "not faster")
+
+
+def decide_why(
+    loss_moved: bool,
     memory_before_mb: float | None,
     memory_after_mb: float | None,
     faster: bool,
-    loss_tolerance: float,
     memory_budget_mb: float | None = None,
-) -> str:
-    """ "keep" or "revert" a change, in this order:
+) -> tuple[str, str]:
+    """(decision, reason): "keep" or "revert" a change, and the test that decided it, in order:
 
-    1. the loss after N steps moved more than ``loss_tolerance`` from the baseline's -> revert;
-    2. with a memory budget: the change does not fit -> revert; it makes a run fit that did
-       not fit before -> keep (even if slower);
-    3. otherwise keep only a change that is faster beyond noise (``faster``).
+    1. training moved (``loss_moved``, :func:`loss_gap` above its tolerance) -> revert, "loss";
+    2. with a memory budget: the change does not fit -> revert, "too big"; it makes a run fit that
+       did not fit before -> keep, "fits now" (even if slower);
+    3. otherwise keep a change that is faster beyond noise ("faster"), revert the rest ("not faster").
     """
-    _flag(faster=faster)
-    if abs(loss_change) > loss_tolerance:
-        return "revert"
+    _flag(loss_moved=loss_moved, faster=faster)
+    if loss_moved:
+        return "revert", "loss"
     if memory_budget_mb is not None and memory_after_mb is not None:
         if memory_after_mb > memory_budget_mb:
-            return "revert"
+            return "revert", "too big"
         if memory_before_mb is not None and memory_before_mb > memory_budget_mb:
-            return "keep"
-    return "keep" if faster else "revert"
+            return "keep", "fits now"
+    return ("keep", "faster") if faster else ("revert", "not faster")
+
+
+def decide(
+    loss_moved: bool,
+    memory_before_mb: float | None,
+    memory_after_mb: float | None,
+    faster: bool,
+    memory_budget_mb: float | None = None,
+) -> str:
+    """ "keep" or "revert" a change (:func:`decide_why` without the reason)."""
+    return decide_why(loss_moved, memory_before_mb, memory_after_mb, faster, memory_budget_mb)[0]
 
 
 #: The phases of the step each capstone change acts on (the rest should not move).
@@ -148,7 +190,9 @@ TOUCHES = {
     "no_sync": ("other",),
     "workers": ("data",),
     "bf16": ("forward", "backward"),
-    "fused": ("optimizer",),
+    # a fused optimizer also removes the per-parameter launches and host work between the
+    # optimizer's kernels, which a GPU trace files under "other" (the gaps between ranges' kernels)
+    "fused": ("optimizer", "other"),
     "checkpoint": ("forward", "backward"),
     "compile": ("forward", "backward", "optimizer", "other"),
 }
@@ -156,6 +200,16 @@ FLAG_SHARE = 0.2  # timed vs profiled, and an untouched phase, may differ by thi
 PEAK_SPREAD_LIMIT = 0.2  # a measured peak whose runs spread more than this gives no trustworthy MFU
 QUEUE_RUNS = 3  # a timed run should last at least this many times the loader's queue
 DATA_WAIT_SHARE = 0.05  # a data wait above this share of the step is one a verdict must see
+WIDE_INTERVAL = 1.5  # an interval whose high end is more than 1.5x its low end is too wide to act on
+
+
+def speedup_bound(previous: Mapping[str, Any], change: str) -> float:
+    """The largest speed-up ``change`` can give the configuration ``previous``: its step time
+    over the step time left when the phases the change acts on take no time at all (Amdahl's
+    law); ``inf`` when those phases are the whole step."""
+    step = previous["step_time_ms"]
+    left = step - room_ms(previous["phases_ms"], change)
+    return step / left if left > 0 else float("inf")
 
 
 def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> list[str]:
@@ -174,7 +228,9 @@ def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> 
       on (:data:`TOUCHES`), or a phase it does not act on moving by more than 20 % of itself and
       5 % of the step;
     * given that row and an interleaved verdict: the two medians, timed apart, pointing the other
-      way (the load changed between the runs; the verdict is the comparison to read).
+      way (the load changed between the runs; the verdict is the comparison to read); an interval
+      whose low end is above what removing the phases the change acts on allows
+      (:func:`speedup_bound`); an interval too wide to act on (:data:`WIDE_INTERVAL`).
     """
     out = []
     timed, phases = row["step_time_ms"], row["phases_ms"]
@@ -230,7 +286,21 @@ def flags(row: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> 
                 and abs(moved) > 0.05 * previous["step_time_ms"]
             ):
                 out.append(f"{p} moved {moved:+.2f} ms though the change does not act on it")
-    verdict = (row.get("speed") or {}).get("verdict")
+    speed = row.get("speed") or {}
+    low, high = speed.get("low"), speed.get("high")
+    if previous is not None and touched is not None and low is not None:
+        bound = speedup_bound(previous, row["name"])
+        if low > bound:
+            out.append(
+                f"even the interval's low end ({low:.2f}x) is above the {bound:.2f}x that removing all of "
+                f"{' + '.join(touched)} would give: the comparison saw more than the change"
+            )
+    if low is not None and high is not None and low > 0 and high / low > WIDE_INTERVAL:
+        out.append(
+            f"the 95 % interval {low:.2f}x–{high:.2f}x is too wide to act on (high end more than "
+            f"{WIDE_INTERVAL:g} times the low end): measure again with more pairs, on a quieter machine"
+        )
+    verdict = speed.get("verdict")
     if previous is not None and verdict in ("faster", "slower"):
         before = previous["step_time_ms"]
         if (verdict == "faster") != (timed < before):
@@ -265,8 +335,9 @@ def derive(
     out["bottleneck"] = bottleneck_class(out["phases_ms"])
     out["flags"] = flags(out, previous)
     if baseline is not None:
-        tolerance = LOSS_TOLERANCE * baseline["loss"] if loss_tolerance is None else loss_tolerance
-        out["loss_tolerance"] = tolerance
+        gap, tolerance = loss_gap(baseline, out)
+        out["loss_gap"] = gap
+        out["loss_tolerance"] = tolerance if loss_tolerance is None else loss_tolerance
         out["loss_change"] = out["loss"] - baseline["loss"]
         out["vs_baseline"] = compare(baseline, out)
         ref = previous or baseline
@@ -276,8 +347,8 @@ def derive(
             # reads it); a row with no such verdict is not faster: medians timed apart cannot say
             faster = out["vs_previous"]["time_improved"] is True
             out["faster"] = faster
-            out["decision"] = decide(
-                out["loss_change"], memory_mb(previous), out["memory_mb"], faster, tolerance, memory_budget_mb
+            out["decision"], out["reason"] = decide_why(
+                gap > out["loss_tolerance"], memory_mb(previous), out["memory_mb"], faster, memory_budget_mb
             )
     return out
 
@@ -297,6 +368,8 @@ FIXES = {
     "optimizer-bound": ("fused", "compile"),
     "host-bound": ("no_sync", "compile"),
 }
+#: Changes that buy memory with time (tried when the kept configuration does not fit its budget).
+MEMORY_FIXES = ("checkpoint",)
 #: What :func:`doubt` answers.
 DOUBTS = ("ok", "larger than the phase", "not faster")
 
@@ -338,68 +411,114 @@ def kept_row(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     return kept[-1]
 
 
+def over_budget(row: Mapping[str, Any], memory_budget_mb: float | None) -> bool:
+    """Does a row's memory (:func:`memory_mb`) exceed the budget? Never without a budget."""
+    mem = memory_mb(row)
+    return memory_budget_mb is not None and mem is not None and mem > memory_budget_mb
+
+
 def next_actions_for(
-    rows: Sequence[Mapping[str, Any]], threshold: float = STALL_THRESHOLD
+    rows: Sequence[Mapping[str, Any]],
+    memory_budget_mb: float | None = None,
+    threshold: float = STALL_THRESHOLD,
+    beyond_bottleneck: bool = False,
+    retry_not_faster: bool = False,
 ) -> tuple[str, ...]:
-    """The changes a report may try next: the fixes of the kept configuration's bottleneck that
-    it has not tried yet (empty when every fix was tried)."""
-    label = bottleneck_class(kept_row(rows)["phases_ms"], threshold)
-    tried = {r["name"] for r in rows}
-    return tuple(c for c in FIXES[label] if c not in tried)
+    """The changes worth trying next on the kept configuration, most direct first: activation
+    checkpointing when it does not fit the memory budget, then the fixes of its bottleneck
+    (:data:`FIXES`). Left out: changes it already holds, changes already tried on it, changes
+    that moved training (:func:`loss_gap`), which no context can mend, and changes reverted as not
+    faster. A change reverted only because it did not fit the budget is worth a new try: the
+    configuration it would join has changed. ``retry_not_faster=True`` also gives changes reverted
+    as not faster on an earlier configuration a new try (a reading that is just as fair, though
+    slower to run). ``beyond_bottleneck=True``: the fixes of the other parts of the step instead,
+    the part with the most time first (where a tuner goes once the bottleneck's own fixes are
+    spent). Empty when nothing is left."""
+    _flag(beyond_bottleneck=beyond_bottleneck, retry_not_faster=retry_not_faster)
+    kept = kept_row(rows)
+    base = rows[0]
+    phases = kept["phases_ms"]
+    label = bottleneck_class(phases, threshold)
+    fixes = (MEMORY_FIXES if over_budget(kept, memory_budget_mb) else ()) + FIXES[label]
+    if beyond_bottleneck:
+        others = sorted(
+            (c for c in FIXES if c != label),
+            key=lambda c: -sum(phases[p] for p in BOTTLENECK_PHASES[c]),
+        )
+        fixes = tuple(f for c in others for f in FIXES[c])
+    out = {r["name"] for r in rows if r.get("decision") == "keep" or r.get("tried_on") == kept["name"]}
+    for r in rows[1:]:
+        gap, tolerance = loss_gap(base, r)
+        if gap > tolerance:
+            out.add(r["name"])  # training moved: no later configuration mends that
+        elif r.get("decision") == "revert" and not over_budget(r, memory_budget_mb) and not retry_not_faster:
+            out.add(r["name"])
+    return tuple(c for c in dict.fromkeys(fixes) if c not in out)
 
 
-def report_findings(rows: Sequence[Mapping[str, Any]], next_action: str | None = None) -> dict[str, Any]:
+def acceptable_next_actions(
+    rows: Sequence[Mapping[str, Any]], memory_budget_mb: float | None = None
+) -> tuple[str | None, ...]:
+    """Every next action a careful reader may name for a report: one of :func:`next_actions_for`
+    under either reading of a change reverted as not faster (try it again on a changed
+    configuration, or not), or ``None`` when one reading leaves nothing to try."""
+    strict = next_actions_for(rows, memory_budget_mb)
+    loose = next_actions_for(rows, memory_budget_mb, retry_not_faster=True)
+    return tuple(dict.fromkeys(strict + loose + ((None,) if not strict or not loose else ())))
+
+
+def report_findings(
+    rows: Sequence[Mapping[str, Any]],
+    next_action: str | None = None,
+    memory_budget_mb: float | None = None,
+) -> dict[str, Any]:
     """A report's findings as fields: the kept configuration's ``bottleneck``, ``evidence_ms``
     (its time per step in the part of the step the bottleneck names), a ``next_action`` (the
     first of :func:`next_actions_for`, or the one given; ``None`` when none is left) and
-    ``expected_gain_ms`` (the most that action can save, :func:`room_ms`; 0 without one)."""
+    ``expected_gain_ms`` (the most that action can save, :func:`room_ms`; 0 without one, and 0 for
+    a change that buys memory with time, :data:`MEMORY_FIXES`)."""
     phases = kept_row(rows)["phases_ms"]
     label = bottleneck_class(phases)
-    choices = next_actions_for(rows)
+    choices = next_actions_for(rows, memory_budget_mb)
     action = next_action if next_action is not None else (choices[0] if choices else None)
     return {
         "bottleneck": label,
         "evidence_ms": sum(phases[p] for p in BOTTLENECK_PHASES[label]),
         "next_action": action,
-        "expected_gain_ms": room_ms(phases, action) if action else 0.0,
+        # checkpointing buys memory with time: it can save no time at all
+        "expected_gain_ms": room_ms(phases, action) if action and action not in MEMORY_FIXES else 0.0,
     }
 
 
 def kept_changes(rows: Sequence[Mapping[str, Any]], memory_budget_mb: float | None = None) -> list[str]:
     """The changes a tuning run keeps, in order: each row after the baseline was tried on the
-    configuration named in ``row["tried_on"]`` and is decided by :func:`decide` (loss within
-    :data:`LOSS_TOLERANCE` of the baseline's, then the memory budget, then the interleaved verdict)."""
+    configuration named in ``row["tried_on"]`` (the latest row of that name) and is decided by
+    :func:`decide` (training unmoved, :func:`loss_gap`; then the memory budget; then the
+    interleaved verdict)."""
     base = rows[0]
-    tolerance = LOSS_TOLERANCE * base["loss"]
     by_name = {base["name"]: base}
     kept = []
     for row in rows[1:]:
         previous = by_name[row["tried_on"]]
         faster = (row.get("speed") or {}).get("verdict") == "faster"
-        if (
-            decide(
-                row["loss"] - base["loss"],
-                memory_mb(previous),
-                memory_mb(row),
-                faster,
-                tolerance,
-                memory_budget_mb,
-            )
-            == "keep"
-        ):
+        gap, tolerance = loss_gap(base, row)
+        if decide(gap > tolerance, memory_mb(previous), memory_mb(row), faster, memory_budget_mb) == "keep":
             kept.append(row["name"])
         by_name[row["name"]] = row
     return kept
 
 
 def check_findings(
-    rows: Sequence[Mapping[str, Any]], stated: Mapping[str, Any], rtol: float = 0.01
+    rows: Sequence[Mapping[str, Any]],
+    stated: Mapping[str, Any],
+    rtol: float = 0.01,
+    memory_budget_mb: float | None = None,
 ) -> list[str]:
     """What is wrong with findings someone wrote about a report (empty: every field agrees with
     the rows). The bottleneck must be the kept configuration's, the evidence its time in that
     part of the step, the next action one of :func:`next_actions_for` (or ``None`` when none is
     left) and the expected gain what that action can save at most (:func:`room_ms`)."""
-    want = report_findings(rows)
+    want = report_findings(rows, memory_budget_mb=memory_budget_mb)
     fields = ("bottleneck", "evidence_ms", "next_action", "expected_gain_ms")
     missing = [f for f in fields if f not in stated]
     if missing:
@@ -409,10 +528,10 @@ def check_findings(
         out.append(f"bottleneck {stated['bottleneck']!r}: the kept configuration is {want['bottleneck']}")
     if not _close(stated["evidence_ms"], want["evidence_ms"], rtol):
         out.append(f"evidence {stated['evidence_ms']!r} ms: the data says {want['evidence_ms']:.2f} ms")
-    choices = next_actions_for(rows)
+    choices = acceptable_next_actions(rows, memory_budget_mb)
     action = stated["next_action"]
-    if action not in (choices or (None,)):
-        allowed = ", ".join(choices) or "None (every fix was tried)"
+    if action not in choices:
+        allowed = ", ".join(str(c) for c in choices)
         out.append(f"next action {action!r}: choose from {allowed}")
     elif not _close(stated["expected_gain_ms"], report_findings(rows, action)["expected_gain_ms"], rtol):
         out.append(

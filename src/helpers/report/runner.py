@@ -19,7 +19,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -123,12 +123,15 @@ class Trainer:
             self.losses.append(loss)  # stays on the device
         return loss
 
-    def loss_after(self, last: int = 5) -> float:
+    def loss_curve(self) -> list[float]:
+        """The loss of every step trained so far, read back once."""
+        if self.losses and isinstance(self.losses[0], torch.Tensor):
+            return torch.stack(self.losses).float().tolist()
+        return [float(v) for v in self.losses]
+
+    def loss_after(self, last: int = rules.LOSS_CURVE_TAIL) -> float:
         """Mean loss of the last ``last`` steps, read back once."""
-        tail = self.losses[-last:]
-        if tail and isinstance(tail[0], torch.Tensor):
-            return torch.stack(tail).float().mean().item()
-        return statistics.fmean(tail)
+        return statistics.fmean(self.loss_curve()[-last:])
 
 
 class _no_range:  # noqa: N801
@@ -165,11 +168,15 @@ def _trace(trainer: Trainer, folder: Path) -> Path:
     """Profile ``trace_steps`` steady-state steps (one more step warms the profiler up)."""
     cfg, dev = trainer.config, trainer.device
     path = folder / f"{cfg.name}_trace.json.gz"
+    n = 2
+    while path.exists():  # a change tried again keeps its earlier trace
+        path, n = folder / f"{cfg.name}-{n}_trace.json.gz", n + 1
     # Kineto logs every profiler start / stop to stderr unless told otherwise; it reads this
     # when the profiler is first used in the process. A level the user set is kept.
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     with profile(
-        activities=_activities(dev), schedule=schedule(wait=0, warmup=1, active=cfg.trace_steps, repeat=1)
+        activities=_activities(dev),
+        schedule=schedule(wait=0, warmup=1, active=cfg.trace_steps, repeat=1),
     ) as prof:
         for _ in range(1 + cfg.trace_steps):
             with nvtx.annotate("dataloader"):
@@ -179,6 +186,20 @@ def _trace(trainer: Trainer, folder: Path) -> Path:
     synchronize(dev)
     prof.export_chrome_trace(str(path))
     return path
+
+
+def _shapes(trainer: Trainer) -> Path:
+    """One more step profiled with the operators' shapes (``record_shapes=True``), kept apart from
+    the timed trace because recording shapes slows each operator down (about 1 ms in 9 on the
+    quick CPU step): its shapes give the matrix products' FLOPs and bytes, not their times."""
+    with profile(activities=_activities(trainer.device), record_shapes=True) as prof:
+        with torch.profiler.record_function("ProfilerStep#0"):
+            trainer.step(*trainer.next_batch())
+        synchronize(trainer.device)
+    fd, name = tempfile.mkstemp(prefix="capstone_shapes_", suffix=".json")
+    os.close(fd)
+    prof.export_chrome_trace(name)
+    return Path(name)
 
 
 def _memory(config: RunConfig, trainer: Trainer) -> int:
@@ -225,7 +246,7 @@ def run_config(config: RunConfig, quick: bool = True, trace_dir: str | Path | No
 def _run(config: RunConfig, quick: bool, trace_dir: str | Path | None) -> dict[str, Any]:
     dev = resolve_device(config.device)
     torch.manual_seed(config.seed)
-    extra = 2 + 1 + config.trace_steps  # memory probe batch, profiler warm-up, traced steps
+    extra = 3 + 1 + config.trace_steps  # memory probe batch, shapes step, profiler warm-up, traced steps
     trainer = Trainer.build(config, config.loss_steps + extra)
     first = time.perf_counter()
     for i in range(config.warmup):
@@ -234,13 +255,18 @@ def _run(config: RunConfig, quick: bool, trace_dir: str | Path | None) -> dict[s
             synchronize(dev)
             first = time.perf_counter() - first
     samples, data_wait, peak = _timed_windows(trainer)
+    curve = trainer.loss_curve()
     loss = trainer.loss_after()
     saved = _memory(config, trainer)
     folder = Path(trace_dir) if trace_dir else Path(tempfile.mkdtemp(prefix="capstone_"))
     folder.mkdir(parents=True, exist_ok=True)
     trace_path = _trace(trainer, folder)
-    trace = timeline.read_trace(trace_path)
+    trace = timeline.load_trace(trace_path)
     per_step = phases.step_phases(trace)
+    top = phases.top_operators(trace)
+    shapes_path = _shapes(trainer)
+    costs = phases.operator_costs(timeline.load_trace(shapes_path, keep_args=True), [n for n, _ in top])
+    shapes_path.unlink(missing_ok=True)
     trainer.batches = iter(())  # let worker processes go
     peak_flops = peak_for(dev, config.precision, quick)
     row = {
@@ -262,6 +288,7 @@ def _run(config: RunConfig, quick: bool, trace_dir: str | Path | None) -> dict[s
         "saved_mb": saved / 2**20,
         "loss": loss,
         "loss_steps": config.loss_steps,
+        "loss_curve": curve,
         "model_flops": mfu.model_flops_per_step(config.model, config.batch_size, config.seq_len),
         "executed_flops": executed_flops(config),
         "peak_flops": peak_flops.flops,
@@ -270,7 +297,8 @@ def _run(config: RunConfig, quick: bool, trace_dir: str | Path | None) -> dict[s
         "peak_spread": peak_flops.spread,
         "phases_ms": phases.mean_phases(per_step),
         "phase_steps_ms": per_step,
-        "top_ops": [list(op) for op in phases.top_operators(trace)],
+        "top_ops": [list(op) for op in top],
+        "op_costs": costs,
         "device_idle_share": phases.device_idle_share(trace),
         "trace": str(trace_path),
         "config": config.settings(),
@@ -289,10 +317,10 @@ def compare_configs(
     clock: Callable[[], float] | None = None,
 ) -> SpeedComparison:
     """Is ``new`` faster than ``old``? Both are built in this process and timed in interleaved
-    windows of ``new.steps_per_window`` steps (3 when ``quick``; data loading included), the order alternating
-    from pair to pair, at least ``min_pairs`` windows each, until the interval is narrow or the
-    time budget is spent (3 s quick, 30 s full). Warm-up steps are never timed. Both sides run
-    with ``new.threads`` CPU threads.
+    windows of ``new.steps_per_window`` steps (3 when ``quick``; data loading included), the
+    order alternating from pair to pair, at least ``min_pairs`` windows each, until the interval
+    is narrow or the wall-clock budget is spent (12 s quick, 60 s full; no pair starts that would
+    end past it). Warm-up steps are never timed. Both sides run with ``new.threads`` CPU threads.
 
     One caveat of interleaving: while one side runs, the other side's loader workers fill
     their queue, so each window starts with up to ``workers × prefetch_factor`` batches ready.
@@ -304,7 +332,8 @@ def compare_configs(
     steps = min(3, new.steps_per_window) if quick else new.steps_per_window
     queue = max(cfg.workers * cfg.prefetch_factor for cfg in (old, new))
     steps = max(steps, rules.QUEUE_RUNS * queue)
-    budget = max_seconds if max_seconds is not None else (3.0 if quick else 30.0)
+    # quick: 12 s, room for 10 pairs of the baseline's 24-step windows (loader queue) on a 2-core CPU
+    budget = max_seconds if max_seconds is not None else (12.0 if quick else 60.0)
     total = max(old.warmup, new.warmup) + (max_pairs + 2) * steps
     with _threads(new.threads):
         sides = []
@@ -358,8 +387,11 @@ def speed_summary(speed: SpeedComparison) -> dict[str, Any]:
 class Tuner:
     """The tuning loop: a fixed baseline, then one change at a time, each tried on the
     configuration kept so far, measured the same way, and kept or reverted by
-    :func:`rules.decide`. "Faster" is the verdict of :func:`compare_configs`: the change against
-    the configuration it was tried on, in interleaved windows in one process. ``runner`` and
+    :func:`rules.decide`. :meth:`next_change` picks each change from the kept configuration's
+    profile (the fix for its bottleneck); :meth:`run` does the rounds; :meth:`control` times the
+    baseline against itself (the report's A/A row). "Faster" is the verdict of
+    :func:`compare_configs`: the change against the configuration it was tried on, in interleaved
+    windows in one process. ``runner`` and
     ``comparer`` replace the measurement (tests pass recorded or constructed numbers)."""
 
     def __init__(
@@ -377,6 +409,7 @@ class Tuner:
         self._compare = comparer or compare_configs
         self.rows: list[dict[str, Any]] = []
         self.kept_row: dict[str, Any] | None = None
+        self.control_row: dict[str, Any] | None = None
         self.changes = {c.name: c for c in tuning.tuning_steps(str(baseline.device))}
 
     def run_baseline(self) -> dict[str, Any]:
@@ -386,8 +419,57 @@ class Tuner:
         self.rows, self.kept_row = [row], row
         return row
 
-    def try_change(self, name: str) -> dict[str, Any]:
-        """Apply change ``name`` to the current configuration, measure, decide."""
+    def next_change(self) -> tuple[str, str] | None:
+        """(change, why) for the next round, read from the kept configuration's own profile: the
+        first of :func:`rules.next_actions_for` (checkpointing when memory binds, then the fixes
+        of the bottleneck the profile shows), or ``None`` when nothing is left to try."""
+        kept = self.tuned
+        budget = self.baseline_config.memory_budget_mb
+        p, label = kept["phases_ms"], kept["bottleneck"]
+        parts = ", ".join(f"{k} {p[k]:.2f}" for k in rules.PHASES)
+        left = rules.next_actions_for(self.rows, budget)
+        if left:
+            if rules.over_budget(kept, budget):
+                why = f"{kept['name']} needs {rules.memory_mb(kept):.0f} MiB, over the {budget:g} MiB budget"
+            else:
+                why = f"{kept['name']} is {label} (ms per step: {parts})"
+        else:
+            left = rules.next_actions_for(self.rows, budget, beyond_bottleneck=True)
+            if not left:
+                return None
+            why = (
+                f"{kept['name']} is {label} and its fixes were tried; the next largest part of the step "
+                f"(ms per step: {parts})"
+            )
+        name = left[0]
+        again = any(r["name"] == name for r in self.rows)
+        return name, f"{why}: try {name}" + (" again, on a configuration that has changed" if again else "")
+
+    def run(self, max_changes: int = 8) -> list[dict[str, Any]]:
+        """Rounds of :meth:`next_change` and :meth:`try_change` until nothing is left to try (at
+        most ``max_changes``); each kept change is profiled again, so the next round reads the new
+        configuration's profile. The rows tried, each with its ``why``."""
+        rows = []
+        for _ in range(max_changes):
+            pick = self.next_change()
+            if pick is None:
+                break
+            name, why = pick
+            rows.append(self.try_change(name, why=why))
+        return rows
+
+    def control(self) -> dict[str, Any]:
+        """An A/A comparison: the baseline against an identical copy of itself, timed like every
+        change. On a machine whose noise the verdict handles it says "within noise"; anything else
+        says how far to trust this run's verdicts. Kept in :attr:`control_row` for the report."""
+        twin = replace(self.baseline_config, name=f"{self.baseline_config.name} (copy)")
+        speed = self._compare(self.baseline_config, twin, self.quick)
+        self.control_row = speed_summary(speed)
+        return self.control_row
+
+    def try_change(self, name: str, why: str = "asked for") -> dict[str, Any]:
+        """Apply change ``name`` to the current configuration, measure, decide. ``why``: the reason
+        it was tried, kept with the row."""
         kept = self.kept_row
         if not self.rows or kept is None:
             raise RuntimeError("run the baseline first: tuner.run_baseline()")
@@ -397,6 +479,7 @@ class Tuner:
         row = self._run(config, quick=self.quick, trace_dir=self.trace_dir)
         row["speed"] = speed_summary(self._compare(self.current, config, self.quick))
         row["tried_on"] = kept["name"]
+        row["why"] = why
         row = rules.derive(
             row, baseline=self.rows[0], previous=kept, memory_budget_mb=self.baseline_config.memory_budget_mb
         )
