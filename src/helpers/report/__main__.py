@@ -23,6 +23,17 @@ from .runner import Tuner
 from .tuning import baseline_config
 
 
+def _try(tuner: Tuner, name: str, why: str) -> None:
+    print(f"  {why}", flush=True)
+    row = tuner.try_change(name, why=why)
+    print(
+        f"  {row['name']}: {row['step_time_ms']:.2f} ms/step [{row['step_time_min_ms']:.2f}–"
+        f"{row['step_time_max_ms']:.2f}], MFU {row['mfu']:.1%}, {row['bottleneck']}, "
+        f"{row['decision']} ({row['reason']})",
+        flush=True,
+    )
+
+
 def _record(args: argparse.Namespace) -> int:
     from ..bench import resolve_device
 
@@ -40,14 +51,9 @@ def _record(args: argparse.Namespace) -> int:
         pick = tuner.next_change() if names is None else ((names.pop(0), "asked for") if names else None)
         if pick is None:
             break
-        print(f"  {pick[1]}", flush=True)
-        row = tuner.try_change(*pick)
-        print(
-            f"  {row['name']}: {row['step_time_ms']:.2f} ms/step [{row['step_time_min_ms']:.2f}–"
-            f"{row['step_time_max_ms']:.2f}], MFU {row['mfu']:.1%}, {row['bottleneck']}, "
-            f"{row['decision']} ({row['reason']})",
-            flush=True,
-        )
+        _try(tuner, *pick)
+    for name in args.also or ():
+        _try(tuner, name, "asked for after the tuner's rounds, on the tuned configuration: to show its cost")
     recorded = {
         **provenance(
             str(dev), command="python -m helpers.report " + " ".join(sys.argv[1:]), threads=config.threads
@@ -83,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--only", nargs="*", help="try these changes, in this order (default: the tuner reads each profile)"
     )
     rec.add_argument("--max-changes", type=int, default=8, help="at most this many rounds (default 8)")
+    rec.add_argument("--also", nargs="*", help="changes to try after the rounds, on the tuned configuration")
     rec.add_argument("--where", default="", help="a label for the machine, stored in the report")
     show = sub.add_parser("show", help="print the comparison table of a written report")
     show.add_argument("path")
