@@ -89,60 +89,83 @@ def test_a_generated_trace_is_labelled_and_has_the_phases_asked_for(tmp_path):
         report.write_example_trace(tmp_path / "x.json", {"data": 0.0})
 
 
-def test_exercise_3_cases_keep_configurations_of_every_label():
-    """Exercise 3's graded reports (recorded prefixes, the GPU examples and the made-up ones)
-    end on kept configurations of all four labels, with and without a next action left."""
-    source = _hidden_source("ex3_findings_test")
-    reports = [report.recorded_report(name).rows for name in ("cpu-quick", "cpu-full")]
-    reports += [rep["rows"] for rep in report.example_gpu_reports().values()]
-    cases = [rows[:k] for rows in reports for k in range(1, len(rows) + 1)]
-    phases = ("data", "forward", "backward", "optimizer", "other")
-    for made in _literal(source, "GENERATED_REPORTS"):
-        cases.append(
-            [
-                {"name": n, "decision": d, "phases_ms": dict(zip(phases, ms, strict=True))}
-                for n, d, *ms in made
-            ]
-        )
-    found = [report.report_findings(rows) for rows in cases]
+def _cell_source(grade_id: str) -> str:
+    cells = json.loads(SOLUTION.read_text(encoding="utf-8"))["cells"]
+    return next(
+        "".join(c["source"])
+        for c in cells
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id
+    )
+
+
+def _definitions(visible: str, names: set[str]) -> list[ast.stmt]:
+    """The visible part's functions and assignments of ``names``: what the hidden cases are built with."""
+    return [
+        node
+        for node in ast.parse(visible).body
+        if (isinstance(node, ast.FunctionDef) and node.name in names)
+        or (isinstance(node, ast.Assign) and any(getattr(t, "id", None) in names for t in node.targets))
+    ]
+
+
+def _cases(grade_id: str, names: set[str]) -> list:
+    """A hidden test's case list, built by its own code (the visible helpers it names, then the
+    hidden part up to where the answers run), with the course's helpers."""
+    visible, hidden = _cell_source(grade_id).split("### BEGIN HIDDEN TESTS", 1)
+    namespace = {"report": report}
+    exec(compile(ast.Module(body=_definitions(visible, names), type_ignores=[]), grade_id, "exec"), namespace)
+    exec(hidden.split("with checks.blocked", 1)[0], namespace)
+    return namespace["cases"]
+
+
+def test_exercise_3_cases_cover_every_kind_of_judgement():
+    """Exercise 3's graded reports (recorded prefixes, the GPU examples and the made-up ones) end on
+    kept configurations of all four labels, with and without a next action left, and hold each
+    kind of judgement: a configuration over its budget (checkpointing first), a change reverted
+    for memory and worth a new try, a change that moved training (never tried again), and a
+    change reverted as not faster (either reading keeps its points)."""
+    cases = _cases("ex3_findings_test", {"PHASES", "CURVE", "made_up"})
+    assert len(cases) >= 30
+    found = [report.report_findings(rows, memory_budget_mb=budget) for _, rows, budget in cases]
     assert {f["bottleneck"] for f in found} == LABELS
     assert any(f["next_action"] is None for f in found) and any(f["next_action"] for f in found)
-    recorded = found[: sum(len(r) for r in reports)]
+    choices = [report.acceptable_next_actions(rows, budget) for _, rows, budget in cases]
+    assert ("checkpoint",) in choices  # over the budget: make it fit first
+    tried = [{r["name"] for r in rows} for _, rows, _ in cases]
+    strict = [report.next_actions_for(rows, budget) for _, rows, budget in cases]
+    assert any(set(s) & t for s, t in zip(strict, tried, strict=True))  # a memory revert tried again
+    assert any(len(c) > len(s) for c, s in zip(choices, strict, strict=True))  # two readings accepted
+    moved = [
+        (rows, r["name"])
+        for _, rows, _ in cases
+        for r in rows[1:]
+        if report.moved_training(rows[0], r)
+        and r["name"] in report.FIXES[report.report_findings(rows)["bottleneck"]]
+    ]
+    assert moved and all(name not in report.acceptable_next_actions(rows) for rows, name in moved)
+    recorded = [f for (label, _, _), f in zip(cases, found, strict=True) if label.startswith("cpu-")]
     assert "optimizer-bound" not in {f["bottleneck"] for f in recorded}  # why the made-up reports exist
 
 
 def _exercise_4_cases() -> list:
-    """Exercise 4's graded cases, built by the hidden test's own code (its ``inputs`` helper
-    and its case list), with the course's helpers."""
-    cells = json.loads(SOLUTION.read_text(encoding="utf-8"))["cells"]
-    source = next(
-        "".join(c["source"])
-        for c in cells
-        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "ex4_kept_test"
-    )
-    visible, hidden = source.split("### BEGIN HIDDEN TESTS", 1)
-    keep = [
-        node
-        for node in ast.parse(visible).body
-        if (isinstance(node, ast.FunctionDef) and node.name == "inputs")
-        or (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DERIVED" for t in node.targets))
-    ]
-    namespace = {"report": report}
-    exec(compile(ast.Module(body=keep, type_ignores=[]), "ex4-visible", "exec"), namespace)
-    exec(hidden.split("with checks.blocked", 1)[0], namespace)
-    return namespace["cases"]
+    """Exercise 4's graded cases, built by the hidden test's own code."""
+    return _cases("ex4_kept_test", {"DERIVED", "inputs", "shifted", "large", "again"})
 
 
 def test_exercise_4_cases_are_chains_a_tuner_could_produce():
     """Each change of every case was tried on the configuration kept just before it (the
     baseline, or the last kept change): no case keeps a change measured on a reverted one."""
     cases = _exercise_4_cases()
-    assert len(cases) >= 12
+    assert len(cases) >= 20
     for rows, budget in cases:
-        kept = report.kept_changes(rows, budget)
         current = rows[0]["name"]
-        for row in rows[1:]:
+        for i, row in enumerate(rows[1:], start=1):
             assert row["tried_on"] == current, (row["name"], row["tried_on"], current, budget)
-            if row["name"] in kept:
+            # kept when the rows up to it keep one more change than the rows before it (a name can
+            # come twice: a change tried again)
+            if len(report.kept_changes(rows[: i + 1], budget)) > len(report.kept_changes(rows[:i], budget)):
                 current = row["name"]
     assert {len(report.kept_changes(rows, budget)) for rows, budget in cases} >= {1, 2, 3}
+    # training moved by a bump mid-run or by a late blip: the curve decides, not the last loss alone
+    base_moves = [report.moved_training(rows[0], rows[-1]) for rows, _ in cases]
+    assert any(base_moves) and not all(base_moves)

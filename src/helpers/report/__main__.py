@@ -3,6 +3,7 @@
     python -m helpers.report record --device cpu --out build/capstone        # quick CPU run
     python -m helpers.report record --device cuda --full --out build/gpu9    # GPT-2 small on a GPU
     python -m helpers.report show REPORT_DIR_OR_JSON                          # print its table
+    python -m helpers.report curves                                           # the loss tolerance's basis
 
 ``record`` is how the reports in ``helpers/data/capstone_recorded_*.json`` were made.
 """
@@ -72,6 +73,31 @@ def _record(args: argparse.Namespace) -> int:
     return 0
 
 
+def _curves(args: argparse.Namespace) -> int:
+    """Each change's loss-curve gap to the quick CPU baseline, and two that move training (a
+    learning rate slipped to 0.3x, another seed): the figures behind ``rules.LOSS_CURVE_SHARE``."""
+    from dataclasses import replace
+
+    from . import rules
+    from .runner import loss_curve
+    from .tuning import apply_change, tuning_steps
+
+    base = replace(baseline_config("cpu", quick=True), data_delay_ms=0.0)  # the sleep changes no loss
+    base_row = {"loss_curve": loss_curve(base)}
+    tries = [
+        (c.name, apply_change(base, c)) for c in tuning_steps("cpu") if c.name != "compile" or args.compile
+    ]
+    tries += [
+        ("lr x0.3 (moves training)", replace(base, lr=base.lr * 0.3)),
+        ("seed 1", replace(base, seed=1)),
+    ]
+    for name, cfg in tries:
+        gap, tolerance = rules.loss_gap(base_row, {"loss_curve": loss_curve(cfg)})
+        verdict = "moved" if gap > tolerance else "within tolerance"
+        print(f"{name:>26}: mean gap {gap:.4f} nats per step, tolerance {tolerance:.4f} -> {verdict}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m helpers.report",
@@ -93,10 +119,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     rec.add_argument("--where", default="", help="a label for the machine, stored in the report")
     show = sub.add_parser("show", help="print the comparison table of a written report")
     show.add_argument("path")
+    curves = sub.add_parser("curves", help="loss-curve gaps of each change against the quick CPU baseline")
+    curves.add_argument("--compile", action="store_true", help="also torch.compile (slow to compile)")
     args = parser.parse_args(argv)
     try:
         if args.command == "record":
             return _record(args)
+        if args.command == "curves":
+            return _curves(args)
         print(read_report(args.path).to_markdown())
         return 0
     except (ValueError, KeyError, FileNotFoundError, RuntimeError) as err:

@@ -235,7 +235,8 @@ class Report:
         lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in table[1:]]
         lines += ["", control_line(self.control)]
         lines += ["", "## Why each change was tried", ""] + [
-            f"- {r['name']}: {r.get('why') or 'not recorded (tried in a fixed order)'}" for r in self.rows[1:]
+            f"- {r['name']}: tried because {r.get('why') or 'not recorded (tried in a fixed order)'}"
+            for r in self.rows[1:]
         ]
         lines += ["", "## Memory", "", *memory_lines(self.rows, self.memory_budget_mb)]
         lines += ["", "## Trace findings", ""] + [f"- {f}" for f in self.trace_findings]
@@ -517,6 +518,18 @@ def recorded_report(name: str = "cpu-quick") -> Report:
     return read_report(Path(str(path)))
 
 
+def recorded_row_trace(name: str, row: dict[str, Any]) -> Path:
+    """The profiler trace of one row of a shipped recording (``scripts/ship_capstone_recording.py``
+    copied each row's trace into the package); read it with ``timeline.load_trace``."""
+    if name not in RECORDED:
+        raise unknown("recorded report", name, RECORDED)
+    trace = Path(str(row.get("trace", "")))
+    shipped = Path(str(resources.files("helpers") / "data")) / trace
+    if trace.is_absolute() or not trace.parts or trace.parts[0] != "capstone_recorded_traces":
+        raise FileNotFoundError(f"row {row.get('name')!r} of {name} has no shipped trace (trace: {trace})")
+    return shipped
+
+
 #: Profiler traces recorded by this project (scripts/record_capstone_traces.py): name -> file.
 RECORDED_TRACES = {
     name: f"capstone_trace_{name}.json.gz"
@@ -534,14 +547,15 @@ def recorded_trace(name: str = "tiny-baseline") -> Path:
 
 def plot_report(report: Report):
     """Each change's interleaved speed-up with its 95 % interval (against the configuration it
-    was tried on; the A/A control first), MFU / HFU, and memory of every row."""
+    was tried on; the A/A control first), MFU / HFU, memory of every row, and each change's
+    per-step loss-curve gap to the baseline against the tolerance."""
     import matplotlib.pyplot as plt
 
     rows = report.rows
     names = [r["name"] for r in rows]
     colors = ["tab:gray" if r.get("decision") == "revert" else "tab:blue" for r in rows]
     i18n.for_plot()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
     compared = ([("A/A", report.control)] if report.control else []) + [
         (r["name"], r["speed"]) for r in rows[1:] if r.get("speed")
     ]
@@ -559,7 +573,7 @@ def plot_report(report: Report):
         )
         ax.set_xticks(range(len(compared)), [n for n, _ in compared])
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
-    ax.set_ylabel(tr("speed-up vs the configuration tried on (95 % interval)"))
+    ax.set_ylabel(tr("speed-up, 95 % interval"))
     x = range(len(rows))
     axes[1].bar([i - 0.2 for i in x], [100 * r["mfu"] for r in rows], 0.4, label="MFU")
     axes[1].bar([i + 0.2 for i in x], [100 * r["hfu"] for r in rows], 0.4, label="HFU")
@@ -571,8 +585,9 @@ def plot_report(report: Report):
         axes[2].axhline(report.memory_budget_mb, color="tab:red", linewidth=1, linestyle="--")
     cuda = rows[0].get("peak_mem_mb") is not None
     axes[2].set_ylabel(tr("MiB (CUDA peak allocated)") if cuda else tr("MiB (saved for backward)"))
-    for ax in axes:
+    for ax in axes[:3]:
         ax.tick_params(axis="x", rotation=45)
+    _plot_loss_gaps(axes[3], rows)
     fig.suptitle(
         tr(
             "{experiment} — green: faster, red: slower, grey: within noise or reverted",
@@ -581,3 +596,23 @@ def plot_report(report: Report):
     )
     fig.tight_layout()
     return fig
+
+
+def _plot_loss_gaps(ax, rows: list[dict[str, Any]]) -> None:
+    """Each change's loss curve minus the baseline's, step by step, inside the tolerance band."""
+    base = rows[0].get("loss_curve")
+    if not base:
+        ax.text(
+            0.5, 0.5, tr("no loss curves in this report"), ha="center", va="center", transform=ax.transAxes
+        )
+        return
+    _, tolerance = rules.loss_gap(rows[0], rows[0])
+    ax.axhspan(-tolerance, tolerance, color="tab:green", alpha=0.15, label=tr("tolerance (mean gap)"))
+    for row in rows[1:]:
+        curve = row.get("loss_curve") or []
+        n = min(len(curve), len(base))
+        ax.plot(range(n), [a - b for a, b in zip(curve[:n], base[:n], strict=True)], label=row["name"])
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xlabel(tr("step"))
+    ax.set_ylabel(tr("loss minus the baseline's, nats"))
+    ax.legend(fontsize=7)

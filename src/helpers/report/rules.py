@@ -145,6 +145,17 @@ def loss_gap(baseline: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float
     return abs(row["loss"] - baseline["loss"]), LOSS_TOLERANCE * abs(baseline["loss"])
 
 
+def moved_training(baseline: Mapping[str, Any], row: Mapping[str, Any]) -> bool:
+    """Did ``row``'s change move training beyond the tolerance of :func:`loss_gap`? ``False`` for a
+    row with neither a loss curve nor a loss (nothing to judge by)."""
+    if not (row.get("loss_curve") and baseline.get("loss_curve")) and (
+        row.get("loss") is None or baseline.get("loss") is None
+    ):
+        return False
+    gap, tolerance = loss_gap(baseline, row)
+    return gap > tolerance
+
+
 #: Why :func:`decide_why` keeps or reverts a change.
 REASONS = ("loss", "too big", "fits now", "faster", "not faster")
 
@@ -182,6 +193,7 @@ def decide(
     memory_budget_mb: float | None = None,
 ) -> str:
     """ "keep" or "revert" a change (:func:`decide_why` without the reason)."""
+    _flag(loss_moved=loss_moved, faster=faster)
     return decide_why(loss_moved, memory_before_mb, memory_after_mb, faster, memory_budget_mb)[0]
 
 
@@ -448,12 +460,13 @@ def next_actions_for(
         fixes = tuple(f for c in others for f in FIXES[c])
     out = {r["name"] for r in rows if r.get("decision") == "keep" or r.get("tried_on") == kept["name"]}
     for r in rows[1:]:
-        gap, tolerance = loss_gap(base, r)
-        if gap > tolerance:
-            out.add(r["name"])  # training moved: no later configuration mends that
+        if moved_training(base, r):
+            out.add(r["name"])  # no later configuration mends that
         elif r.get("decision") == "revert" and not over_budget(r, memory_budget_mb) and not retry_not_faster:
             out.add(r["name"])
-    return tuple(c for c in dict.fromkeys(fixes) if c not in out)
+    left = tuple(c for c in dict.fromkeys(fixes) if c not in out)
+    fits_first = tuple(c for c in left if c in MEMORY_FIXES)
+    return fits_first or left  # a configuration that does not fit: make it fit before anything else
 
 
 def acceptable_next_actions(
@@ -501,8 +514,8 @@ def kept_changes(rows: Sequence[Mapping[str, Any]], memory_budget_mb: float | No
     for row in rows[1:]:
         previous = by_name[row["tried_on"]]
         faster = (row.get("speed") or {}).get("verdict") == "faster"
-        gap, tolerance = loss_gap(base, row)
-        if decide(gap > tolerance, memory_mb(previous), memory_mb(row), faster, memory_budget_mb) == "keep":
+        moved = moved_training(base, row)
+        if decide(moved, memory_mb(previous), memory_mb(row), faster, memory_budget_mb) == "keep":
             kept.append(row["name"])
         by_name[row["name"]] = row
     return kept

@@ -261,11 +261,11 @@ def _run(config: RunConfig, quick: bool, trace_dir: str | Path | None) -> dict[s
     folder = Path(trace_dir) if trace_dir else Path(tempfile.mkdtemp(prefix="capstone_"))
     folder.mkdir(parents=True, exist_ok=True)
     trace_path = _trace(trainer, folder)
-    trace = timeline.load_trace(trace_path)
+    trace = timeline.read_trace(trace_path)
     per_step = phases.step_phases(trace)
     top = phases.top_operators(trace)
     shapes_path = _shapes(trainer)
-    costs = phases.operator_costs(timeline.load_trace(shapes_path, keep_args=True), [n for n, _ in top])
+    costs = phases.operator_costs(timeline.read_trace(shapes_path, keep_args=True), [n for n, _ in top])
     shapes_path.unlink(missing_ok=True)
     trainer.batches = iter(())  # let worker processes go
     peak_flops = peak_for(dev, config.precision, quick)
@@ -304,6 +304,21 @@ def _run(config: RunConfig, quick: bool, trace_dir: str | Path | None) -> dict[s
         "config": config.settings(),
     }
     return rules.derive(row)
+
+
+def loss_curve(config: RunConfig) -> list[float]:
+    """The per-step loss of ``config`` over its warm-up and timed steps, trained from its seed on
+    the same batches as a measured run, with no timing and no profiler: what :func:`rules.loss_gap`
+    compares (for a change you want to check without measuring its speed)."""
+    with _threads(config.threads):
+        torch.manual_seed(config.seed)
+        trainer = Trainer.build(config, config.loss_steps)
+        try:
+            for _ in range(config.loss_steps):
+                trainer.step(*trainer.next_batch())
+            return trainer.loss_curve()
+        finally:
+            trainer.batches = iter(())  # let worker processes go
 
 
 def compare_configs(
