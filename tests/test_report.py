@@ -569,6 +569,13 @@ def test_reading_back_recomputes_derived_numbers(tmp_path):
     back = report.read_report(tmp_path / "report.json")
     assert back.rows[1]["mfu"] == pytest.approx(report.mfu_hfu(back.rows[1], 1e13)[0])
     assert back.rows[1]["decision"] == "revert"
+    # the findings and the next action are the rows', never the text stored with them
+    data["next_action"] = ["tuned is compute-bound: next, try bf16, torch.compile"]
+    data["trace_findings"] = ["stale"]
+    (tmp_path / "report.json").write_text(json.dumps(data))
+    back = report.read_report(tmp_path / "report.json")
+    assert back.next_action == document.next_actions(back.rows) and "stale" not in back.trace_findings
+    assert back.next_action[0].startswith("- ") is False and "baseline" in back.next_action[0]
 
 
 def test_read_report_errors_are_one_line(tmp_path):
