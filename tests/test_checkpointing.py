@@ -191,3 +191,15 @@ def test_a_lower_activation_memory_budget_saves_less():
     assert saved[1.0] > saved[0.5] > saved[0.0]
     with pytest.raises(ValueError, match="share between 0 and 1"):
         ck.memory_budget("tiny", budgets=(1.5,))
+
+
+def test_the_selective_policy_saves_fused_attention_of_every_backend():
+    """A GPU may dispatch attention to flash, memory-efficient or cuDNN kernels (an H100 can pick
+    cuDNN): the policy saves every fused attention op this torch has, not only the CPU's."""
+    import torch
+
+    forward = {n for n in dir(torch.ops.aten) if n.startswith("_scaled_dot_product") and "backward" not in n}
+    forward -= {n for n in forward if n.startswith("_scaled_dot_product_attention_math")}
+    assert {"_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention"} <= forward
+    assert forward <= set(ck.MATMULS)
+    assert not any("backward" in n for n in ck.MATMULS)

@@ -109,8 +109,39 @@ def test_noisy_step_has_three_breaks_with_their_reasons(capsys):
     text = " | ".join(r.reason for r in g.reasons)
     assert "print" in text.lower() or "builtin" in text.lower()
     assert "item()" in text
-    assert all(r.line for r in g.reasons) and "3 graph break(s)" in g.format()
+    assert all(r.line for r in g.reasons) and "3 graph break(s) at 3 place(s)" in g.format()
+    assert [times for _, times in g.sites] == [1, 1, 1]
     assert capsys.readouterr().err == ""
+
+
+class _Inner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        print("inner")  # one line of code, inside a called module
+        return y.relu()
+
+
+class _Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.inner = torch.nn.Linear(4, 4), _Inner()
+
+    def forward(self, x):
+        return self.inner(self.a(x)) * 2
+
+
+def test_a_break_inside_a_called_function_is_one_place_reported_twice(capsys):
+    """dynamo breaks the inner frame and, at the call, the outer one: its log has two entries at
+    the same line (independent check: the log's own records), and the report counts one place."""
+    g = compiling.graph_breaks(_Outer(), torch.randn(2, 4))
+    assert g.breaks == 2 and len({(r.filename, r.line) for r in g.reasons}) == 1
+    assert len(g.sites) == 1 and g.sites[0][1] == 2
+    assert "at 1 place(s) in the code" in g.format() and "reported 2 times" in g.format()
+    capsys.readouterr()
 
 
 def test_breaks_are_counted_as_dynamo_reports_them_not_as_graphs_minus_one():

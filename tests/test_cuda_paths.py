@@ -197,7 +197,9 @@ def test_profile_sync_events_counts_blocking_calls_and_drops_its_own_sync(gpu, m
             rows = [
                 ("cudaStreamSynchronize", 3),
                 ("cudaDeviceSynchronize", 1),
-                ("cudaMemcpyAsync", 3),
+                ("cudaMemcpyAsync", 3),  # returns at once: not a blocking call
+                ("cudaMemcpy", 2),  # the synchronous copy blocks
+                ("cudaMemcpy2DAsync", 1),
                 ("aten::mm", 6),
                 ("cudaLaunchKernel", 9),
                 ("cudaEventSynchronize", 0),
@@ -208,7 +210,7 @@ def test_profile_sync_events_counts_blocking_calls_and_drops_its_own_sync(gpu, m
     steps = []
     counts = bench.profile_sync_events(lambda: steps.append(1), steps=3)
     assert len(steps) == 3 and tp.ProfilerActivity.CUDA in seen["activities"]
-    assert counts == {"cudaStreamSynchronize": 3, "cudaMemcpyAsync": 3}
+    assert counts == {"cudaStreamSynchronize": 3, "cudaMemcpy": 2}
 
 
 # --------------------------------------------------------------------------- hardware / env

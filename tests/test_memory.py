@@ -299,8 +299,34 @@ def test_the_estimate_is_the_peak_that_track_measures(config, batch, seq, autoca
     n_params = models.get_config(config).num_params()
     shape = next(s for s in memory.model_presets().values() if s.n_params == n_params)
     measured = memory.track(config, "adamw", batch_size=batch, seq_len=seq, autocast=autocast).peak_total
-    est = memory.estimate(shape, batch, seq, mixed_precision=autocast is not None)
+    est = memory.estimate(
+        shape, batch, seq, mixed_precision=autocast is not None, optimizer_impl="single-tensor"
+    )
     assert est["total"] == pytest.approx(measured, rel=rtol), (est["moment"], est)
+
+
+@pytest.mark.parametrize(
+    "config,batch,seq,autocast",
+    [("gpt2-xl", 1, 256, None), ("gpt2-xl", 1, 256, "bf16"), ("gpt2-small", 1, 128, None)],
+)
+@pytest.mark.parametrize("impl", ["foreach", "fused"])
+def test_the_estimate_models_each_adamw_implementation(config, batch, seq, autocast, impl):
+    """MemTracker with torch's own foreach and fused AdamW: foreach, a GPU's default, holds one
+    more fp32 copy of the parameters in its step (GPT-2 XL fp32, batch 1: about +22 %)."""
+    import torch
+
+    cfg = models.get_config(config)
+    shape = next(s for s in memory.model_presets().values() if s.n_params == cfg.num_params())
+    make = {
+        "foreach": lambda p: torch.optim.AdamW(p, lr=1e-4, foreach=True),
+        "fused": lambda p: torch.optim.AdamW(p, lr=1e-4, fused=True),
+    }[impl]
+    measured = memory.track(config, make, batch_size=batch, seq_len=seq, autocast=autocast).peak_total
+    est = memory.estimate(shape, batch, seq, mixed_precision=autocast is not None, optimizer_impl=impl)
+    assert est["total"] == pytest.approx(measured, rel=0.005), (impl, est)
+    if impl == "foreach" and config == "gpt2-xl" and autocast is None:
+        single = memory.estimate(shape, batch, seq, mixed_precision=False, optimizer_impl="single-tensor")
+        assert 1.15 < est["total"] / single["total"] < 1.3  # the optimizer step is the peak
 
 
 @pytest.mark.parametrize(
@@ -319,7 +345,14 @@ def test_the_estimate_under_full_recompute_is_the_tracked_peak(config, batch, se
         seq_len=seq,
         autocast=autocast,
     ).peak_total
-    est = memory.estimate(shape, batch, seq, mixed_precision=autocast is not None, recompute="full")
+    est = memory.estimate(
+        shape,
+        batch,
+        seq,
+        mixed_precision=autocast is not None,
+        recompute="full",
+        optimizer_impl="single-tensor",
+    )
     assert est["total"] == pytest.approx(measured, rel=0.005)
 
 
@@ -377,7 +410,7 @@ def test_explorer_redraws_and_says_what_fits():
         < memory.estimate(memory.model_presets()["GPT-2 XL (1.5B)"], 256, 1024, dp=8)["total"]
     )
     ex.gpu.value = "T4"
-    assert "T4 (16 GB" in ex.row.value
+    assert "T4 (16 GiB = 17.2 GB" in ex.row.value and ex.impl.value == "foreach"
     bundle = ex._repr_mimebundle_()
     assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(bundle)
     with pytest.raises(KeyError, match="unknown model preset"):
@@ -476,3 +509,13 @@ def test_a_chunked_loss_removes_the_logits_peak_and_keeps_the_loss():
     whole, sliced = memory.chunked_loss_model(cfg, 1), memory.chunked_loss_model(cfg, 4)
     sliced.load_state_dict(whole.state_dict())
     assert torch.allclose(whole(idx, targets), sliced(idx, targets), rtol=1e-5, atol=1e-6)
+
+
+def test_a_gpu_capacity_reads_the_datasheets_gb_as_binary():
+    """An "80 GB" HBM part holds 80 GiB; PyTorch reports a little less on a real A100 80GB
+    (79.19 GiB in the chapter's out-of-memory example), far more than 80 × 10⁹ bytes."""
+    a100 = memory.gpu_capacity_bytes("A100 80GB SXM")
+    assert a100 == 80 * 2**30
+    assert 79.19 * 2**30 < a100 and 80e9 < 79.19 * 2**30  # the decimal reading is 6.9 % low
+    with pytest.raises(KeyError):
+        memory.gpu_capacity_bytes("no such GPU")

@@ -173,6 +173,26 @@ def test_rounding_error_and_overflow():
     assert precision.rounding_error(torch.full((10,), 1e5), torch.bfloat16)["overflow_fraction"] == 0
 
 
+def test_rounding_error_says_what_the_cast_did():
+    """Overflow is what the cast returned, checked against torch's own cast element by element:
+    fp16's 65510 and 65519 round back to 65504 (clipped, finite), 65520 and 1e5 become inf."""
+    x = torch.tensor([65510.0, 65519.0, 65520.0, 1e5])
+    cast = x.to(torch.float16).float()
+    err = precision.rounding_error(x, torch.float16)
+    assert err["overflow_fraction"] == cast.isinf().float().mean().item() == 0.5
+    assert err["saturated_fraction"] == (cast == 65504).float().mean().item() == 0.5
+    assert err["lost_fraction"] == 0.5 and err["zero_fraction"] == 0.0
+    # the mean error counts only finite results: a cast that lost half the values still shows one
+    assert err["mean_rel_error"] < 1e-3
+    # e4m3fn has no infinity: on this torch the cast saturates, so nothing is lost but the values
+    big = precision.rounding_error(torch.full((4,), 1e5), torch.float8_e4m3fn)
+    e4m3 = torch.full((4,), 1e5).to(torch.float8_e4m3fn).float()
+    assert big["overflow_fraction"] == (~e4m3.isfinite()).float().mean().item()
+    assert big["saturated_fraction"] == (e4m3.abs() == 448).float().mean().item()
+    tiny = precision.rounding_error(torch.tensor([1e-10, 1.0]), torch.float16)
+    assert tiny["zero_fraction"] == 0.5 and tiny["lost_fraction"] == 0.5
+
+
 # --------------------------------------------------------------------------- per-tensor fp8
 
 
@@ -532,3 +552,15 @@ def test_autocast_saves_fewer_bytes_and_the_cuda_lists_are_beside_the_table():
     assert precision.cuda_autocast_policy("nll_loss_forward") == "float32"  # nll_loss
     assert precision.cuda_autocast_policy("_scaled_dot_product_flash_attention_for_cpu") == "lower precision"
     assert precision.cuda_autocast_policy("gelu").startswith("not listed")
+
+
+def test_cast_beyond_max_reports_what_this_torch_does():
+    """Checked against torch's own cast on the installed version, whatever it does."""
+    got = precision.cast_beyond_max(torch.float8_e4m3fn)
+    probe = torch.tensor([480.0, 448.0 * 20, float("inf")]).to(torch.float8_e4m3fn).float().tolist()
+    assert got["torch"] == torch.__version__
+    for key, want in zip(("just_past_max", "far_past_max", "inf"), probe, strict=True):
+        assert got[key] == want or (math.isnan(got[key]) and math.isnan(want)), key
+    assert math.isinf(precision.cast_beyond_max(torch.float16)["inf"])
+    with pytest.raises(ValueError, match="floating-point"):
+        precision.cast_beyond_max(torch.int8)

@@ -273,11 +273,13 @@ DEVICES: dict[str, DeviceSpec] = {
         ),
         _spec(
             "B200",
-            80,
-            8000,
-            192,
-            "NVIDIA Blackwell datasheet (2024), HGX B200 column divided by its 8 GPUs",
-            tf32=1125,
+            75,
+            7700,
+            180,
+            "NVIDIA GB200 NVL72 datasheet, table 'Individual Blackwell GPU Specifications', HGX B200 "
+            "column (180 GB HBM3E, 7.7 TB/s, FP32 75 TFLOPS; an HGX B200 board holds 8 such GPUs, "
+            "'up to 1.4 TB')",
+            tf32=1100,
             fp16=2250,
             bf16=2250,
             fp8=4500,

@@ -108,9 +108,12 @@ def count_host_syncs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple
 
 
 def profile_sync_events(fn: Callable[[], Any], steps: int = 3) -> dict[str, int]:
-    """CUDA only: run ``fn`` ``steps`` times under ``torch.profiler`` and count CUDA runtime
-    calls that block the host (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
-    ``cudaEventSynchronize``) and device-to-host copies (``cudaMemcpy*``), by name.
+    """CUDA only: run ``fn`` ``steps`` times under ``torch.profiler`` and count the CUDA runtime
+    calls that block the host, by name: ``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
+    ``cudaEventSynchronize`` and the synchronous copies (``cudaMemcpy``, ``cudaMemcpy2D``, ...).
+    Asynchronous copies (``cudaMemcpyAsync`` and the like) are left out: they return at once. A
+    read-back such as ``.item()`` shows as its ``cudaStreamSynchronize``; so does a copy from
+    pageable host memory, which PyTorch follows with a stream synchronize.
 
     Raises ``RuntimeError`` on a CPU: there is no device stream to wait for, so there are no
     such events to count (use :func:`count_host_syncs` there).
@@ -131,7 +134,8 @@ def profile_sync_events(fn: Callable[[], Any], steps: int = 3) -> dict[str, int]
         torch.cuda.synchronize()
     counts: dict[str, int] = {}
     for event in prof.key_averages():
-        if "Synchronize" in event.key or event.key.startswith("cudaMemcpy"):
+        copy = event.key.startswith("cudaMemcpy") and not event.key.endswith("Async")
+        if "Synchronize" in event.key or copy:
             counts[event.key] = event.count
     # the closing synchronize above is ours, not the loop's
     if counts.get("cudaDeviceSynchronize"):

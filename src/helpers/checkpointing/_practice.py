@@ -94,15 +94,18 @@ def granularity(config: Any = "tiny", batch: int = 4, seq_len: int | None = None
     ]
 
 
-#: The ops the default policy saves: the matrix multiplies (recomputing them costs the most).
-MATMULS = (
-    "mm",
-    "addmm",
-    "bmm",
-    "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention",
-)
+def _sdpa_kernels() -> tuple[str, ...]:
+    """Every fused attention kernel this torch has, forward only (flash, flash for CPU,
+    memory-efficient, cuDNN, the overrideable one for other backends): which one a GPU dispatches
+    to depends on the device, dtype and shapes (an H100 may pick cuDNN), and a policy that misses
+    one recomputes attention without saying so."""
+    names = [n for n in dir(torch.ops.aten) if n.startswith("_scaled_dot_product") and "backward" not in n]
+    return tuple(sorted(n for n in names if not n.startswith("_scaled_dot_product_attention_math")))
+
+
+#: The ops the default policy saves: the matrix multiplies (recomputing them costs the most),
+#: fused attention in every backend included.
+MATMULS = ("mm", "addmm", "bmm", *_sdpa_kernels())
 
 
 def _policy(save: Sequence[str]):

@@ -96,9 +96,25 @@ class GraphReport:
     ops: int
     reasons: list[BreakReason]
 
+    @property
+    def sites(self) -> list[tuple[BreakReason, int]]:
+        """The distinct places in the code that break, in order, each with how many times the
+        log reported it. A break inside a function the traced code calls is reported once for
+        that function's frame and once for each calling frame dynamo was tracing, all at the same
+        line: the places are what there is to fix."""
+        counts: dict[BreakReason, int] = {}
+        for reason in self.reasons:
+            counts[reason] = counts.get(reason, 0) + 1
+        return list(counts.items())
+
     def format(self) -> str:
-        lines = [f"{self.graphs} graph(s), {self.breaks} graph break(s), {self.ops} op(s) captured"]
-        lines += [f"  break {i}: {r}" for i, r in enumerate(self.reasons, 1)]
+        lines = [
+            f"{self.graphs} graph(s), {self.breaks} graph break(s) at {len(self.sites)} place(s) in the "
+            f"code, {self.ops} op(s) captured"
+        ]
+        for i, (reason, times) in enumerate(self.sites, 1):
+            again = f" (reported {times} times: a break inside a called function)" if times > 1 else ""
+            lines.append(f"  break {i}: {reason}{again}")
         return "\n".join(lines)
 
 

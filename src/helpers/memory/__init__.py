@@ -17,7 +17,16 @@
 
 from ._course import block_saved_bytes, course_saved_bytes, head_saved_bytes
 from ._cuda import NOT_ON_CPU, CudaMemory, cuda_memory, plot_timeline, timeline_from_snapshot
-from ._explorer import MemoryExplorer, ModelShape, estimate, max_batch, model_presets, plot_estimates
+from ._explorer import (
+    OPTIMIZER_IMPLS,
+    MemoryExplorer,
+    ModelShape,
+    estimate,
+    gpu_capacity_bytes,
+    max_batch,
+    model_presets,
+    plot_estimates,
+)
 from ._ledger import (
     OPTIMIZER_STATES,
     RECOMPUTE,
@@ -55,6 +64,8 @@ __all__ = [
     "timeline_from_snapshot",
     "CATEGORIES",
     "OPTIMIZER_STATES",
+    "OPTIMIZER_IMPLS",
+    "gpu_capacity_bytes",
     "RECOMPUTE",
     "Ledger",
     "SavedBytes",

@@ -19,7 +19,16 @@ from .._widgets import with_static_fallback
 from ..i18n import text, tr
 from ._ledger import OPTIMIZER_STATES, RECOMPUTE, activation_bytes, model_state_bytes
 
-GB = 1e9  # datasheets print memory in GB
+GB = 1e9  # the explorer shows decimal gigabytes
+GIB = 2**30
+
+
+def gpu_capacity_bytes(gpu: str) -> float:
+    """The memory of a GPU from the course's hardware table, in bytes. A GPU datasheet's "80 GB"
+    of HBM is binary: HBM stacks hold powers of two, so an "80 GB" A100 or H100 has 80 GiB
+    (85.9 × 10⁹ bytes). The device reports a little less to PyTorch (an A100 80GB: 79.19 GiB in
+    ``torch.cuda.mem_get_info()`` and in section 9's out-of-memory message): measure yours."""
+    return hardware.get_device(gpu).memory_gb * GIB
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,22 @@ def _shard(n_bytes: int, zero_stage: int, dp: int) -> int:
     return -(-n_bytes // dp) if zero_stage >= 3 else n_bytes
 
 
+#: AdamW's implementations (``torch.optim.AdamW(foreach=..., fused=...)``) and what each holds
+#: beyond the ledger during ``optimizer.step()``.
+OPTIMIZER_IMPLS = {
+    "foreach": "one fp32 copy of the parameters the rank updates (torch's default on a GPU)",
+    "single-tensor": "two fp32 tensors the size of the largest parameter (the default on a CPU)",
+    "fused": "as single-tensor here: MemTracker on a CPU measures two fp32 tensors the size of the "
+    "largest parameter (not measured on a GPU in this course)",
+}
+
+
+def _step_temporaries(impl: str, optimizer_state: int, shape: ModelShape) -> int:
+    if impl == "foreach":
+        return optimizer_state // 2  # Adam's state is two fp32 tensors per parameter: half is one copy
+    return 2 * 4 * shape.vocab * shape.hidden  # single-tensor, and fused as measured on a CPU
+
+
 def estimate(
     shape: ModelShape,
     batch: int,
@@ -82,6 +107,7 @@ def estimate(
     recompute: str = "none",
     fused_attention: bool = True,
     overhead_bytes: float = 0,
+    optimizer_impl: str = "foreach",
 ) -> dict[str, Any]:
     """The **peak** memory of one training step per rank, by part, and when it comes.
 
@@ -93,9 +119,13 @@ def estimate(
       (``"temporaries"``, 2 × 4·s·b·vocab); under ``recompute="full"``, the larger of those and
       one block's activations while it is recomputed;
     * **the optimizer step** (``moment="optimizer step"``): the whole ledger, gradients
-      included, and the temporaries of torch's default AdamW (single-tensor, on a CPU or with
-      fake tensors), two fp32 tensors the size of the largest parameter (the token embedding,
-      vocab × hidden).
+      included, and the temporaries of the AdamW implementation (``optimizer_impl``):
+      ``"foreach"``, torch's default on a GPU, updates every parameter at once and holds one more
+      fp32 copy of the parameters this rank updates (:data:`OPTIMIZER_IMPLS`); ``"single-tensor"``,
+      the default on a CPU, one parameter at a time: two fp32 tensors the size of the largest
+      parameter (the token embedding, vocab × hidden); ``"fused"``: as much as single-tensor, as
+      ``MemTracker`` measures it on a CPU (not measured on a GPU here). Each is checked against
+      ``MemTracker`` with that implementation (``tests/test_memory.py``).
 
     Activations (``"activations"``): layers × Korthikanti et al.'s per-layer formula without
     dropout (16-bit elements with ``mixed_precision``, fp32 without), with the residual stream
@@ -110,6 +140,8 @@ def estimate(
     """
     _flag(mixed_precision=mixed_precision, fused_attention=fused_attention)
     batch, seq_len = _count(batch=batch, seq_len=seq_len)
+    if optimizer_impl not in OPTIMIZER_IMPLS:
+        raise unknown("optimizer_impl", optimizer_impl, OPTIMIZER_IMPLS)
     if isinstance(overhead_bytes, bool) or not isinstance(overhead_bytes, (int, float)) or overhead_bytes < 0:
         raise ValueError(f"overhead_bytes must be a number of bytes >= 0, got {overhead_bytes!r}")
     ledger = model_state_bytes(shape.n_params, optimizer, mixed_precision, zero_stage=zero_stage, dp=dp)
@@ -167,7 +199,7 @@ def estimate(
         **state,
         "activations": 0,
         "logits": 0,
-        "temporaries": 2 * 4 * shape.vocab * shape.hidden if adam else 0,
+        "temporaries": _step_temporaries(optimizer_impl, state["optimizer_state"], shape) if adam else 0,
     }
     start_total, end_total = sum(start.values()), sum(end.values())
     out: dict[str, Any] = dict(start if start_total >= end_total else end)
@@ -272,6 +304,9 @@ class MemoryExplorer:
         self.optimizer = w.Dropdown(
             options=list(OPTIMIZER_STATES), value="adamw", description=tr("optimizer"), **dd
         )
+        self.impl = w.Dropdown(
+            options=list(OPTIMIZER_IMPLS), value="foreach", description=tr("AdamW step"), **dd
+        )
         self.recompute = w.Dropdown(options=list(RECOMPUTE), value="none", description=tr("recompute"), **dd)
         self.attention = w.Dropdown(
             options=["fused", "unfused"], value="fused", description=tr("attention"), **dd
@@ -296,6 +331,7 @@ class MemoryExplorer:
             self.gpu,
             self.precision,
             self.optimizer,
+            self.impl,
             self.recompute,
             self.attention,
             self.batch,
@@ -308,8 +344,8 @@ class MemoryExplorer:
             [
                 w.HBox(controls[:3]),
                 w.HBox(controls[3:6]),
-                w.HBox(controls[6:8]),
-                w.HBox(controls[8:]),
+                w.HBox(controls[6:9]),
+                w.HBox(controls[9:]),
                 self.row,
                 self.out,
             ]
@@ -326,6 +362,7 @@ class MemoryExplorer:
             "dp": self.dp.value,
             "fused_attention": self.attention.value == "fused",
             "overhead_bytes": self.overhead.value * GB,
+            "optimizer_impl": self.impl.value,
         }
 
     def current(self, recompute: str | None = None) -> dict[str, Any]:
@@ -341,13 +378,14 @@ class MemoryExplorer:
 
     def _title(self) -> str:
         return tr(
-            "{model} · batch {batch} × seq {seq} · {precision} · {optimizer} · ZeRO-{stage} × {dp} "
-            "ranks · {attention} attention · recompute {recompute}",
+            "{model} · batch {batch} × seq {seq} · {precision} · {optimizer} ({impl} step) · ZeRO-{stage} × "
+            "{dp} ranks · {attention} attention · recompute {recompute}",
             model=self.model.value,
             batch=self.batch.value,
             seq=self.seq.value,
             precision=self.precision.value,
             optimizer=self.optimizer.value,
+            impl=self.impl.value,
             stage=self.stage.value,
             dp=self.dp.value,
             attention=self.attention.value,
@@ -362,9 +400,9 @@ class MemoryExplorer:
         fig, ax = plt.subplots(figsize=(8.4, 4.2), layout="constrained")
         plot_estimates(
             {tr("recompute") + f"\n{m}": v for m, v in bars.items()},
-            spec.memory_gb * GB,
+            gpu_capacity_bytes(spec.name),
             highlight=tr("recompute") + f"\n{self.recompute.value}",
-            capacity_label=f"{spec.name}: {spec.memory_gb:g} GB",
+            capacity_label=f"{spec.name}: {spec.memory_gb:g} GiB",
             ax=ax,
             title=self._title(),
         )
@@ -376,7 +414,7 @@ class MemoryExplorer:
 
         spec = hardware.get_device(self.gpu.value)
         total = self.current()["total"]
-        room = spec.memory_gb * GB - total
+        room = gpu_capacity_bytes(spec.name) - total
         verdict = (
             tr("fits, {room:,.1f} GB to spare", room=room / GB)
             if room >= 0
@@ -396,12 +434,13 @@ class MemoryExplorer:
             + "<br>"
             + tr(
                 "peak per GPU {total:,.2f} GB, {moment} ({parts} GB) on {device} "
-                "({capacity:g} GB, datasheet): {verdict}",
+                "({capacity:g} GiB = {capacity_gb:,.1f} GB, datasheet): {verdict}",
                 total=total / GB,
                 moment=moment,
                 parts=parts,
                 device=spec.name,
                 capacity=spec.memory_gb,
+                capacity_gb=gpu_capacity_bytes(spec.name) / GB,
                 verdict=verdict,
             )
             + "</code>"
@@ -416,7 +455,7 @@ class MemoryExplorer:
             self.box,
             self.figure(),
             tr(
-                "Memory explorer ({title}): {total:,.2f} GB per GPU vs {device} {capacity:g} GB",
+                "Memory explorer ({title}): {total:,.2f} GB per GPU vs {device} {capacity:g} GiB",
                 title=self._title(),
                 total=total / GB,
                 device=spec.name,

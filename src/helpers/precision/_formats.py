@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import torch
 
@@ -244,21 +244,47 @@ def fate(value: float, exponent_bits: int, mantissa_bits: int) -> str:
     return "normal"
 
 
-def rounding_error(x: torch.Tensor, dtype: torch.dtype) -> dict[str, float]:
-    """Round ``x`` to ``dtype`` and back to float32: the largest and the mean relative error
-    over its non-zero elements, and the fraction that overflowed or became zero.
+def cast_beyond_max(dtype: torch.dtype) -> dict[str, Any]:
+    """What this torch's ``.to(dtype)`` returns past the format's largest value: for a value just
+    past the rounding edge (480 for e4m3fn, whose max is 448), a far larger one, and +inf; with
+    the torch version. Recent builds saturate e4m3fn (all three give 448: an infinity that no
+    longer shows as an overflow); older builds returned NaN there. Read it on the torch you run."""
+    if not dtype.is_floating_point:
+        raise ValueError(f"cast_beyond_max needs a floating-point dtype, got {dtype}")
+    top = torch.finfo(dtype).max
+    probe = torch.tensor([top * 480 / 448, top * 20, float("inf")])
+    back = probe.to(dtype).float().tolist()
+    return {"torch": torch.__version__, "just_past_max": back[0], "far_past_max": back[1], "inf": back[2]}
 
-    fp8 casts here go straight through torch (no scale), so values beyond the format's range
-    saturate or overflow as torch's cast does; chapter 8 shows scaling.
+
+def rounding_error(x: torch.Tensor, dtype: torch.dtype) -> dict[str, float]:
+    """Round ``x`` to ``dtype`` and back to float32, and say what the cast did to each element:
+
+    * ``max_rel_error``, ``mean_rel_error``: the relative error over the non-zero elements whose
+      result stayed finite (read them next to the shares lost: a cast that sent half the values
+      to infinity can show a small mean over the rest);
+    * ``overflow_fraction``: elements the cast turned into ±inf or NaN (what it did, not
+      ``|x| > max``: fp16's 65504–65520 round back to 65504);
+    * ``saturated_fraction``: elements beyond the format's largest value that the cast clipped to
+      ±max (torch's cast to e4m3fn saturates; fp16 does so only within half a step of its max);
+    * ``zero_fraction``: non-zero elements that became 0;
+    * ``lost_fraction``: overflowed or became 0.
+
+    fp8 casts here go straight through torch (no scale); chapter 8 shows scaling.
     """
     x = x.detach().float()
     back = x.to(dtype).float()
     nonzero = x != 0
-    rel = ((back - x).abs() / x.abs())[nonzero & back.isfinite()]
+    finite = back.isfinite()
+    rel = ((back - x).abs() / x.abs())[nonzero & finite]
     limit = torch.finfo(dtype).max
+    overflow = ~finite & x.isfinite()
+    zero = (back == 0) & nonzero
     return {
         "max_rel_error": rel.max().item() if rel.numel() else 0.0,
         "mean_rel_error": rel.mean().item() if rel.numel() else 0.0,
-        "overflow_fraction": (x.abs() > limit).float().mean().item(),
-        "zero_fraction": ((back == 0) & nonzero).float().mean().item(),
+        "overflow_fraction": overflow.float().mean().item(),
+        "saturated_fraction": ((x.abs() > limit) & (back.abs() == limit)).float().mean().item(),
+        "zero_fraction": zero.float().mean().item(),
+        "lost_fraction": (overflow | zero).float().mean().item(),
     }
