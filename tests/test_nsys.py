@@ -44,7 +44,8 @@ def test_single_process_command():
 def test_torchrun_per_rank_puts_nsys_inside_each_rank():
     cmd = nsys.profile_command("train.py", "--lr=1e-3", nproc_per_node=8)
     assert cmd.argv[:4] == ["torchrun", "--nproc_per_node=8", "--no-python", "nsys"]
-    assert "--trace=cuda,nvtx,osrt,cublas,cudnn,nccl" in cmd.argv
+    # nsys has no "nccl" trace value: NCCL's own NVTX ranges and its kernels show with nvtx, cuda
+    assert "--trace=cuda,nvtx,osrt,cublas,cudnn" in cmd.argv
     assert "--output=trace_step_rank%q{RANK}" in cmd.argv
     assert cmd.argv[-3:] == ["python", "train.py", "--lr=1e-3"]
     assert shlex.split(cmd.shell) == cmd.argv  # braces survive the shell quoting
@@ -69,7 +70,7 @@ def test_parse_profile_command_ignores_option_order():
             "nsys",
             "profile",
             "-t",
-            "nccl,cuda,nvtx,osrt,cublas,cudnn",
+            "cudnn,cuda,nvtx,osrt,cublas",
             "--output=trace_step_rank%q{RANK}",
             "--sample=none",
             "--force-overwrite=true",
@@ -97,7 +98,7 @@ def test_parse_accepts_the_equivalent_spellings():
             "nsys",
             "profile",
             "-t",
-            "cuda,nvtx,osrt,cublas,cudnn,nccl",
+            "cuda,nvtx,osrt,cublas,cudnn",
             "-s",
             "none",
             "--capture-range",
@@ -510,8 +511,8 @@ def test_supports_trace_asks_this_machines_nsys(monkeypatch):
     import subprocess
 
     monkeypatch.setattr(shutil, "which", lambda _name: None)
-    assert nsys.supports_trace("nccl") is None  # no nsys here: unknown, not False
+    assert nsys.supports_trace("python-gil") is None  # no nsys here: unknown, not False
     monkeypatch.setattr(shutil, "which", lambda _name: "/usr/bin/nsys")
-    help_text = "-t, --trace=\n   Possible values: cuda, nvtx, osrt, cublas, nccl, none\n-s, --sample="
+    help_text = "-t, --trace=\n   Possible values: cuda, nvtx, osrt, cublas, python-gil, none\n-s, --sample="
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, help_text, ""))
-    assert nsys.supports_trace("nccl") is True and nsys.supports_trace("mpi") is False
+    assert nsys.supports_trace("python-gil") is True and nsys.supports_trace("mpi") is False

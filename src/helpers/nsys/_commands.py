@@ -62,19 +62,21 @@ def nsys_available() -> bool:
     return shutil.which("nsys") is not None
 
 
-def _trace_option(trace: Iterable[str] | None, multi_rank: bool) -> str:
+def _trace_option(trace: Iterable[str] | None) -> str:
+    # the same with several ranks: nsys's --trace has no "nccl" value (nsys profile --help lists
+    # cuda, nvtx, osrt, cublas, cudnn, mpi, ucx, ...); NCCL marks its collectives with its own NVTX
+    # ranges, which "nvtx" records, and "cuda" records its kernels
     names = list(trace) if trace is not None else list(DEFAULT_TRACE)
-    if multi_rank and trace is None:
-        names.append("nccl")  # collectives show as NCCL ranges only when traced
     bad = [t for t in names if not re.fullmatch(r"[a-z0-9-]+", t)]
     if bad or not names:
-        raise ValueError(f"--trace needs names like 'cuda', 'nvtx', 'nccl'; got {names!r}.")
+        raise ValueError(f"--trace needs names like 'cuda', 'nvtx', 'osrt'; got {names!r}.")
     return "--trace=" + ",".join(dict.fromkeys(names))
 
 
 def supports_trace(name: str, nsys: str = "nsys") -> bool | None:
     """Whether this machine's ``nsys profile --help`` lists ``name`` among the ``--trace``
-    values (``nccl`` is missing from older Nsight Systems releases); None without nsys."""
+    values (``python-gil`` or ``syscall`` are missing from older Nsight Systems releases); None
+    without nsys."""
     if shutil.which(nsys) is None:
         return None
     done = subprocess.run([nsys, "profile", "--help"], capture_output=True, text=True, timeout=60)
@@ -106,8 +108,9 @@ def profile_command(
       ``python script`` without nsys, through a small ``bash -c`` wrapper that reads ``$RANK``.
     - ``per_rank=False``: nsys wraps torchrun and follows its child processes into ONE report
       (``%q{RANK}`` would not help there: RANK is set only in the processes torchrun starts).
-    - ``trace``: default ``cuda,nvtx,osrt,cublas,cudnn``, plus ``nccl`` with several ranks
-      (older Nsight Systems releases do not know ``nccl``: see :func:`supports_trace`).
+    - ``trace``: default ``cuda,nvtx,osrt,cublas,cudnn``, with one rank or several: NCCL's
+      collectives show as the NVTX ranges NCCL emits (``nvtx``) and as its kernels (``cuda``);
+      nsys has no ``nccl`` trace value. :func:`supports_trace` checks a value on this nsys.
     - ``capture_range="cudaProfilerApi"``: capture only between cudaProfilerStart and Stop;
       ``"nvtx"``: capture only inside the NVTX range named ``nvtx_capture`` (``--nvtx-capture``;
       the range's name is an unregistered string, so ``NSYS_NVTX_PROFILER_REGISTER_ONLY=0``);
@@ -119,7 +122,7 @@ def profile_command(
     if not output or any(ch.isspace() for ch in output):
         raise ValueError(f"output={output!r}: give a report name without spaces, e.g. 'trace_step'.")
     multi = nproc_per_node > 1
-    options = [_trace_option(trace, multi), f"--sample={sample}"]
+    options = [_trace_option(trace), f"--sample={sample}"]
     if nvtx_capture is not None and capture_range != "nvtx":
         raise ValueError("nvtx_capture is used only with capture_range='nvtx'.")
     if capture_range is not None:
