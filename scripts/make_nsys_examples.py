@@ -2,8 +2,10 @@
 
 Nsight Systems cannot run here, so the course ships example files in its formats, clearly
 labelled as synthetic. For each scenario this module simulates five captured training steps
-(steps 10-14) of a described workload on one CUDA stream — host thread issuing CUDA API calls,
-the GPU running kernels and copies in order — and writes:
+(steps 10-14) of a described workload on one CUDA stream — the host issuing CUDA API calls, the
+GPU running kernels and copies in order — and writes. As in a real PyTorch capture, the
+backward kernels are launched from the autograd engine's own thread, not from the thread that
+holds the ``backward`` NVTX range; it writes:
 
 - ``nsys_example_<scenario>_export.sqlite``: tables named and laid out as in
   ``nsys export --type sqlite`` (a subset of their columns): StringIds,
@@ -40,6 +42,9 @@ DATA = Path(__file__).resolve().parents[1] / "src" / "helpers" / "data"
 NOTE = nsys.EXAMPLE_NOTE
 PID = 4242
 GLOBAL_TID = (PID << 24) | PID  # nsys packs process and thread ids into one integer
+# PyTorch runs backward in the autograd engine's own thread (``pt_autograd_0`` in nsys): the main
+# thread's ``backward`` range waits in ``loss.backward()`` while that thread launches the kernels
+AUTOGRAD_TID = (PID << 24) | (PID + 1)
 STREAM, DEVICE, CONTEXT = 7, 0, 1
 CAPTURED_STEPS = range(10, 15)
 GPU = "A100 80GB SXM"  # the GPU every scenario is simulated on (its kernel names are Ampere's)
@@ -350,6 +355,7 @@ class _Sim:
     def __init__(self, sc: Scenario):
         self.sc, self.rng = sc, np.random.default_rng(sc.seed)
         self.host, self.gpu, self.corr = 1_000_000_000, 1_000_000_000, 100
+        self.thread = GLOBAL_TID  # the thread issuing CUDA calls now
         self.strings: dict[str, int] = {}
         self.kernels, self.memcpy, self.memset, self.runtime, self.nvtx = [], [], [], [], []
 
@@ -363,7 +369,7 @@ class _Sim:
         self.corr += 1
         start = self.host
         self.host += self.jitter(mean_us * 1e3, 0.15)
-        self.runtime.append((start, self.host, 1, GLOBAL_TID, self.corr, self.sid(name), 0, 0))
+        self.runtime.append((start, self.host, 1, self.thread, self.corr, self.sid(name), 0, 0))
         return start, self.host, self.corr
 
     def gpu_after(self, api_start: int, duration: int) -> tuple[int, int]:
@@ -418,10 +424,13 @@ class _Sim:
         ):
             t = self.host
             if phase == "backward":
+                self.fill(4)  # the main thread seeds the loss's gradient (ones_like), then waits
+                self.thread = AUTOGRAD_TID
                 for _ in range(sc.memsets_per_step):
                     self.fill(4 << 20)
             for kernel in kernels:
                 self.launch(kernel)
+            self.thread = GLOBAL_TID
             self.range(phase, t, self.host)
         self.copy(sc.d2h_bytes, 2)  # loss / metrics back to the host ...
         s, _, _ = self.api("cudaStreamSynchronize_v3020", 3.0)  # ... and wait for them

@@ -449,6 +449,17 @@ def test_nvtx_ranges_measure_host_time_the_projection_shows_the_gpu():
     # the host queues the forward in a fraction of the time the GPU needs to run it
     assert proj["forward"]["proj_ns"] > 5 * proj["forward"]["range_ns"]
     assert proj["forward"]["gpu_ops"] == 5 * len(_nsys_examples.SCENARIOS["compute"].forward)
+    # backward's kernels come from the autograd engine's thread: the main thread's range gets only
+    # the loss gradient's seed (one small fill per step), as on a real PyTorch capture
+    assert (
+        proj["backward"]["gpu_ops"] == 5 and proj["backward"]["proj_ns"] < 0.01 * proj["backward"]["range_ns"]
+    )
+    threads = {r["thread"]: r for r in nsys.launches_by_thread(db).rows()}
+    assert len(threads) == 2
+    engine = max(threads.values(), key=lambda r: r["gpu_ops"])
+    backward = _nsys_examples.SCENARIOS["compute"].backward
+    memsets = _nsys_examples.SCENARIOS["compute"].memsets_per_step
+    assert engine["gpu_ops"] == 5 * (len(backward) + memsets)
     by_range = nsys.kernels_by_range(db, "optimizer")
     assert set(by_range["name"]) == {"reduce_kernel", "multi_tensor_apply_kernel"}
     assert by_range["count"].sum() == 5 * 4

@@ -32,6 +32,7 @@ from ._analysis import (  # noqa: F401
     dominant_bucket,
     is_gemm_or_attention,
     kernels_by_range,
+    launches_by_thread,
     nvtx_gpu_projection,
     plot_step,
     step_buckets,

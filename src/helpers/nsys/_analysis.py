@@ -142,6 +142,31 @@ def nvtx_gpu_projection(db: dict[str, Table]) -> Table:
     )
 
 
+def launches_by_thread(db: dict[str, Table]) -> Table:
+    """Which host threads launched the GPU work: per thread id, the CUDA runtime calls it made,
+    the GPU operations they launched and those operations' GPU time. In a PyTorch capture the
+    backward kernels come from the autograd engine's own thread (``pt_autograd_0`` in the
+    timeline), which no NVTX range pushed on the main thread covers: nsys projects a range only
+    onto work launched from the range's own thread."""
+    by_corr: dict[int, list[tuple[int, int, str]]] = {}
+    for corr, start, end, name in _gpu_events(db):
+        by_corr.setdefault(corr, []).append((start, end, name))
+    rows: dict[int, dict[str, Any]] = {}
+    rt = db["runtime"]
+    for thread, corr in zip(rt["thread"], rt["correlation_id"], strict=True):
+        row = rows.setdefault(
+            int(thread), {"thread": int(thread), "cuda_calls": 0, "gpu_ops": 0, "gpu_ns": 0}
+        )
+        row["cuda_calls"] += 1
+        for start, end, _ in by_corr.get(int(corr), []):
+            row["gpu_ops"] += 1
+            row["gpu_ns"] += end - start
+    ordered = sorted(rows.values(), key=lambda r: -r["gpu_ns"])
+    return Table.from_rows(
+        "launches_by_thread", ordered, ["thread", "cuda_calls", "gpu_ops", "gpu_ns"], db["runtime"].meta
+    )
+
+
 def kernels_by_range(db: dict[str, Table], range_name: str) -> Table:
     """Kernels launched inside NVTX ranges named ``range_name``, summarized like
     ``cuda_gpu_kern_sum`` (what ``nsys stats --report nvtx_kern_sum`` shows per range)."""
