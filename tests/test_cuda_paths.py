@@ -765,8 +765,17 @@ def test_the_capstone_report_on_a_gpu_lists_kernels_and_the_gpu_idle_share():
         }
     ]
     lines = report.document._hot_spots(rows)
-    assert lines[0].startswith("- baseline (baseline), top kernels, ms per step: ampere_sgemm_128x64_tn")
-    assert lines[1] == "  - GPU idle: 25.0% of the profiled steps"
+    assert lines[0] == "- baseline (baseline), top kernels, ms per step (share of the step):"
+    assert lines[1] == "  - ampere_sgemm_128x64_tn 12.50"  # no step time in this row: no share
+    assert lines[-1] == "  - GPU idle: 25.0% of the profiled steps"
+    rows[0].update(
+        step_time_ms=25.0, peak_flops=1e12, op_costs={"ampere_sgemm_128x64_tn": {"flops": 1e9, "bytes": 1e7}}
+    )
+    lines = report.document._hot_spots(rows)
+    assert lines[1] == (
+        "  - ampere_sgemm_128x64_tn 12.50 (50%); 1,000.0 MFLOP, 100.0 FLOP/byte (shapes the profiler "
+        "recorded), 80.00 GFLOP/s = 8% of the peak"
+    )
     for rep in report.example_gpu_reports().values():  # GPU-shaped examples: a CUDA peak, no saved bytes
         assert all(
             r["device"] == "cuda" and r["peak_mem_mb"] > 0 and r["saved_mb"] is None for r in rep["rows"]

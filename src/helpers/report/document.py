@@ -330,17 +330,19 @@ def _hot_spots(rows: list[dict[str, Any]]) -> list[str]:
             )
             continue
         what = "kernels" if row.get("device", "").startswith("cuda") else "operators (self time)"
-        step = row["step_time_ms"]
+        step = row.get("step_time_ms")
         out.append(f"- {label} ({row['name']}), top {what}, ms per step (share of the step):")
         costs = row.get("op_costs") or {}
         for name, ms in ops:
-            line = f"  - {name} {ms:.2f} ({ms / step:.0%})"
+            line = f"  - {name} {ms:.2f}" + (f" ({ms / step:.0%})" if step else "")
             cost = costs.get(name)
             if cost and cost["bytes"] > 0 and ms > 0:
                 line += (
                     f"; {cost['flops'] / 1e6:,.1f} MFLOP, {cost['flops'] / cost['bytes']:.1f} FLOP/byte "
                     f"(shapes the profiler recorded), {cost['flops'] / (ms / 1e3) / 1e9:.2f} GFLOP/s = "
                     f"{cost['flops'] / (ms / 1e3) / row['peak_flops']:.0%} of the peak"
+                    if row.get("peak_flops")
+                    else ""
                 )
             out.append(line)
         idle = row.get("device_idle_share")
