@@ -382,3 +382,19 @@ def test_host_overhead_per_op_divides_a_sample_of_ops_adds_by_ops(monkeypatch):
     assert seen == {"warmup": 2, "iters": 4, "device": "cpu", "adds": 40}
     assert m.samples == [1 / 40, 2 / 40, 3 / 40, 4 / 40] and m.first_call == 7 / 40
     assert m.meta == {"ops_per_sample": 40} and m.device == "cpu"
+
+
+def test_stage_times_split_a_cold_compile_by_stage():
+    """Each stage's own time, from dynamo's timers: all three ran, they nest inside the first
+    call, and the C++ compiler is part of Inductor's time."""
+    if compiling.pick_backend("cpu")[0] != "inductor":
+        pytest.skip("no C++ compiler for Inductor on this machine")
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch({"cpp.vec_isa_ok": True}):
+        t = compiling.stage_times(size=32)
+    assert t.dynamo_s > 0 and t.aot_autograd_s > 0 and t.inductor_s > 0
+    assert 0 <= t.cxx_compiler_s <= t.inductor_s
+    assert t.dynamo_s + t.aot_autograd_s + t.inductor_s <= t.first_call_s * 1.05
+    text = t.format()
+    assert text.startswith("first call (forward and backward)") and "TorchInductor" in text

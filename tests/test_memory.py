@@ -400,7 +400,7 @@ def test_presets_count_parameters_from_shapes():
 def test_explorer_redraws_and_says_what_fits():
     ex = memory.MemoryExplorer(model="GPT-2 XL (1.5B)", gpu="A100 80GB SXM", batch=8, seq_len=1024)
     first = ex.row.value
-    assert "fits" in first and "A100 80GB SXM" in first
+    assert "fits" in first and "A100 80GB SXM" in first and "16-bit weight copies (autocast)" in first
     ex.batch.value = 256
     assert "does NOT fit" in ex.row.value
     ex.recompute.value = "full"

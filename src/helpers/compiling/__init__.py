@@ -50,6 +50,7 @@ from ._partition import (
     regional_compile,
     saved_for_backward,
     whole_step_saved,
+    whole_step_saved_by_op,
 )
 from ._report import (
     CompileReport,
@@ -61,6 +62,7 @@ from ._report import (
     step_speedup,
     step_speedups,
 )
+from ._stages import StageTimes, stage_times
 
 __all__ = [
     "CHAIN",
@@ -72,6 +74,7 @@ __all__ = [
     "regional_compile",
     "saved_for_backward",
     "whole_step_saved",
+    "whole_step_saved_by_op",
     "host_overhead_per_op",
     "BreakReason",
     "ShapeCheck",
@@ -95,4 +98,6 @@ __all__ = [
     "shape_probe",
     "step_speedup",
     "step_speedups",
+    "StageTimes",
+    "stage_times",
 ]

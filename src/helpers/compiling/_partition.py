@@ -31,6 +31,7 @@ class Saved:
     bytes: int  # of the storage it lives in
     input: int | None  # the position of the input whose storage it lives in (an input, or a view)
     storage: int  # the storage's address: two saved tensors can share one
+    made_by: str = ""  # the op that computed it (through views and tuple items), "input" for an input
 
     @property
     def is_input(self) -> bool:
@@ -62,6 +63,33 @@ class SavedForBackward:
             f"the backward, which reads {self.read / 2**20:.1f} MiB of it and runs "
             f"{self.backward_ops} ops"
         )
+
+
+# ops that only view or pick from another op's result: the op that made the data is further up
+_PASS_THROUGH = {
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "transpose",
+    "t",
+    "permute",
+    "expand",
+    "detach",
+    "alias",
+    "getitem",
+}
+
+
+def _op_name(target: Any) -> str:
+    name = getattr(target, "__name__", str(target))
+    return name.split(".")[0] if "." in name else name
+
+
+def _made_by(node: torch.fx.Node) -> str:
+    """The op that computed a saved tensor's data, looking through views and tuple items."""
+    while node.op == "call_function" and _op_name(node.target) in _PASS_THROUGH and node.args:
+        node = node.args[0]  # type: ignore[assignment]
+    return "input" if node.op == "placeholder" else _op_name(node.target)
 
 
 def saved_for_backward(
@@ -131,6 +159,7 @@ def saved_for_backward(
                 storage.nbytes(),
                 input_storages.get(storage.data_ptr()),
                 storage.data_ptr(),
+                _made_by(node),
             )
         )
     backward_ops = sum(1 for n in graphs["backward"].graph.nodes if n.op == "call_function")
@@ -229,12 +258,10 @@ def regional_compile(
 # --------------------------------------------------------------------------- a whole training step
 
 
-def whole_step_saved(config: Any = "tiny", batch_size: int = 4, seq_len: int | None = None) -> dict[str, int]:
-    """Bytes kept for the backward pass by one training step of the course model: eager
-    (``memory.saved_tensor_bytes``, parameters apart) and compiled, as AOTAutograd's min-cut
-    (Inductor's) and default partitioners split it (what the forward graph hands to the
-    backward, parameters apart: they are in memory anyway). Traced, no code generated."""
-    from .. import memory, models
+def _whole_step(
+    config: Any, batch_size: int, seq_len: int | None
+) -> tuple[Any, list[torch.Tensor], int, Any]:
+    from .. import models
 
     cfg = models.get_config(config)
     model = models.build_model(cfg)
@@ -246,13 +273,43 @@ def whole_step_saved(config: Any = "tiny", batch_size: int = 4, seq_len: int | N
         weights = dict(zip(names, args[: len(names)], strict=True))
         return torch.func.functional_call(model, weights, (args[-2], args[-1]))
 
+    return step, [*params, idx, targets], len(params), (model, idx, targets)
+
+
+def whole_step_saved(config: Any = "tiny", batch_size: int = 4, seq_len: int | None = None) -> dict[str, int]:
+    """Bytes kept for the backward pass by one training step of the course model: eager
+    (``memory.saved_tensor_bytes``, parameters apart) and compiled, as AOTAutograd's min-cut
+    (Inductor's) and default partitioners split it (what the forward graph hands to the
+    backward, parameters apart: they are in memory anyway). Traced, no code generated."""
+    from .. import memory
+
+    step, inputs, n_params, (model, idx, targets) = _whole_step(config, batch_size, seq_len)
     out = {"eager": memory.saved_tensor_bytes(lambda: model(idx, targets)).activations}
     for partitioner in PARTITIONERS:
-        traced = saved_for_backward(step, [*params, idx, targets], range(len(params)), partitioner)
+        traced = saved_for_backward(step, inputs, range(n_params), partitioner)
         # each storage once; a parameter or a view of one (a transposed weight) is in memory anyway
-        kept = {x.storage: x.bytes for x in traced.saved if x.input is None or x.input >= len(params)}
+        kept = {x.storage: x.bytes for x in traced.saved if x.input is None or x.input >= n_params}
         out[partitioner] = sum(kept.values())
     return out
+
+
+def whole_step_saved_by_op(
+    config: Any = "tiny", batch_size: int = 4, seq_len: int | None = None, partitioner: str = "min_cut"
+) -> dict[str, int]:
+    """What one training step's compiled forward hands to its backward, by the op that computed
+    it (through views and tuple items: a LayerNorm's mean and rstd count as ``native_layer_norm``),
+    bytes of the distinct storages, largest first; parameters left out, the batch's token ids as
+    ``input``. Read from the traced graphs, no code generated."""
+    step, inputs, n_params, _ = _whole_step(config, batch_size, seq_len)
+    traced = saved_for_backward(step, inputs, range(n_params), partitioner)
+    storages: dict[int, tuple[str, int]] = {}
+    for x in traced.saved:
+        if x.input is None or x.input >= n_params:
+            storages.setdefault(x.storage, (x.made_by, x.bytes))
+    out: dict[str, int] = {}
+    for op, nbytes in storages.values():
+        out[op] = out.get(op, 0) + nbytes
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def host_overhead_per_op(ops: int = 200, iters: int = 20) -> Any:

@@ -229,8 +229,12 @@ def plot_estimates(
     capacity_label: str = "",
     ax: Any = None,
     title: str = "",
+    autocast: bool = False,
 ) -> Any:
-    """Stacked bars (GB) of :func:`estimate` results, one per label, and a capacity line."""
+    """Stacked bars (GB) of :func:`estimate` results, one per label, and a capacity line.
+    ``autocast``: name the mixed-precision ledger's parts as autocast holds them (fp32 weights,
+    and the 16-bit copies autocast makes in the forward pass)."""
+    _flag(autocast=autocast)
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
@@ -258,14 +262,21 @@ def plot_estimates(
     ax.set_xticks(range(len(labels)), [text(label) for label in labels], fontsize=8)
     ax.set_ylabel(tr("GB per GPU (10⁹ bytes)"))
     ax.set_title(text(title), fontsize=9)
-    handles = [Patch(color=color, label=_part(key)) for key, color in PARTS]
+    handles = [Patch(color=color, label=_part(key, autocast)) for key, color in PARTS]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(True, axis="y", alpha=0.3)
     return ax
 
 
-def _part(key: str) -> str:
-    """A ledger part's name as shown ("optimizer_state" -> "optimizer state"), translated."""
+def _part(key: str, autocast: bool = False) -> str:
+    """A ledger part's name as shown ("optimizer_state" -> "optimizer state"), translated. Under
+    autocast the ledger's 16-bit "parameters" are the copies autocast makes of the fp32 weights
+    in each forward pass (freed or recomputed with their block), and its "master weights" are
+    the model's own fp32 weights."""
+    if autocast and key == "parameters":
+        return tr("16-bit weight copies (autocast)")
+    if autocast and key == "master_weights":
+        return tr("fp32 weights")
     names = {
         "parameters": tr("parameters"),
         "gradients": tr("gradients"),
@@ -405,6 +416,7 @@ class MemoryExplorer:
             capacity_label=f"{spec.name}: {spec.memory_gb:g} GiB",
             ax=ax,
             title=self._title(),
+            autocast=self.precision.value != "fp32",
         )
         plt.close(fig)
         return fig
@@ -422,7 +434,9 @@ class MemoryExplorer:
         )
         now = self.current()
         parts = ", ".join(
-            f"{_part(k)} {v / GB:,.2f}" for k, v in now.items() if k not in ("total", "moment") and v
+            f"{_part(k, self.precision.value != 'fp32')} {v / GB:,.2f}"
+            for k, v in now.items()
+            if k not in ("total", "moment") and v
         )
         moment = {
             "backward starts": tr("when the backward pass starts"),

@@ -174,7 +174,9 @@ def activation_bytes(
     this count, so the formulas are not repeated here.) With
     ``tp`` tensor-parallel ranks, the parts inside the parallel region are split over them:
     s·b·h·(10 + 24/t + 5·a·s/(h·t)); ``sequence_parallel=True`` splits the rest too:
-    s·b·h·(34 + 5·a·s/h)/t, and ``"full"`` keeps 2·s·b·h/t.
+    s·b·h·(34 + 5·a·s/h)/t, and ``"full"`` keeps 2·s·b·h/t. That last split is Megatron-LM's
+    practice (the checkpointed input kept in the sequence-parallel region); the paper's Table 2
+    lists 2·s·b·h for full recomputation whatever t.
     """
     _flag(dropout=dropout, fused_attention=fused_attention, sequence_parallel=sequence_parallel)
     linear, attention = _activation_parts(
