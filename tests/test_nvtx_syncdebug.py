@@ -35,7 +35,7 @@ def test_collects_warnings_with_their_lines_and_restores_the_mode(monkeypatch):
     def step():
         fake_op(False)
         fake_op(True)
-        warnings.warn("an unrelated warning", UserWarning)
+        warnings.warn("an unrelated warning", UserWarning, stacklevel=1)
         fake_op(True)
 
     report = nvtx.find_syncs(step, device=torch.device("cuda"))

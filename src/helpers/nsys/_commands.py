@@ -162,8 +162,8 @@ def extra_options(
             or not low <= gpu_metrics_frequency <= high
         ):
             raise ValueError(
-                f"gpu_metrics_frequency={gpu_metrics_frequency!r}: give a whole number of Hz from {low} to {high} "
-                "(nsys's default is 10000)."
+                f"gpu_metrics_frequency={gpu_metrics_frequency!r}: give a whole number of Hz "
+                f"from {low} to {high} (nsys's default is 10000)."
             )
         out.append(f"--gpu-metrics-frequency={gpu_metrics_frequency}")
     if python_backtrace is not None:
