@@ -228,7 +228,7 @@ def profile_command(
     ``python_backtrace="cuda"`` (needs CPU sampling, e.g. ``sample="process-tree"``) and
     ``cuda_memory_usage=True``.
     """
-    _flag(per_rank=per_rank)
+    _flag(per_rank=per_rank, cuda_memory_usage=cuda_memory_usage)
     if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
         raise ValueError(f"nproc_per_node={nproc_per_node!r}: need a whole number of processes >= 1.")
     if not output or any(ch.isspace() for ch in output):
