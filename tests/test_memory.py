@@ -597,3 +597,22 @@ def test_the_estimate_models_gradient_accumulation(config, batch, seq, autocast)
     assert own.peak_total == pytest.approx(measured, rel=1e-4)
     sharded = memory.estimate(shape, batch, seq, grad_accum=4, zero_stage=2, dp=8, **kw)
     assert sharded["gradients"] in (0, -(-4 * cfg.num_params() // 8))
+
+
+def test_adam_ledgers_per_parameter():
+    """Each way of storing Adam's state, written out: bytes of weights, gradients, two moments,
+    master copy and Kahan buffer."""
+    mixed = memory.adam_bytes_per_parameter()
+    assert mixed["total"] == memory.model_state_bytes(1000, "adamw", True).total / 1000 == 16
+    fp32 = memory.adam_bytes_per_parameter("fp32", master=False)
+    assert fp32["total"] == memory.model_state_bytes(1000, "adamw", False).total / 1000 == 16
+    eight = memory.adam_bytes_per_parameter(states="8-bit")
+    assert eight["optimizer_state"] == pytest.approx(2 * (1 + 4 / 2048))  # a byte + an fp32 scale per 2048
+    pure = memory.adam_bytes_per_parameter(master=False, states="bf16")
+    assert pure["total"] == 2 + 2 + 2 * 2 and pure["master_weights"] == 0
+    kahan = memory.adam_bytes_per_parameter(master=False, states="bf16", compensation=True)
+    assert kahan["total"] == pure["total"] + 2
+    with pytest.raises(KeyError, match="unknown state dtype"):
+        memory.adam_bytes_per_parameter(states="int4")
+    with pytest.raises(TypeError, match="master must be True or False"):
+        memory.adam_bytes_per_parameter(master="yes")

@@ -116,6 +116,40 @@ def model_state_bytes(
     return Ledger(n_params, key, bool(mixed_precision), zero_stage, dp, parameters, gradients, states, master)
 
 
+#: Bytes per element of Adam's two moments. "8-bit": block-wise quantised states (Dettmers et al.
+#: 2022, "8-bit Optimizers via Block-wise Quantization", the bitsandbytes optimizers): one byte
+#: per element and one fp32 absolute maximum per block of 2048 elements.
+STATE_DTYPES = {"fp32": 4.0, "bf16": 2.0, "8-bit": 1 + 4 / 2048}
+WEIGHT_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def adam_bytes_per_parameter(
+    weights: str = "bf16", *, master: bool = True, states: str = "fp32", compensation: bool = False
+) -> dict[str, float]:
+    """Adam's model state per parameter, by part, for the ways of storing it.
+
+    ``weights``: the dtype of the parameters the model computes with (gradients have the same
+    dtype); ``master``: an fp32 master copy of the weights (the update is made there);
+    ``states``: the dtype of the two moments (:data:`STATE_DTYPES`); ``compensation``: a
+    16-bit Kahan compensation buffer per weight, which keeps the low bits that rounding a 16-bit
+    weight after its update would drop (pure 16-bit training without a master copy)."""
+    if weights not in WEIGHT_DTYPES:
+        raise unknown("weight dtype", weights, WEIGHT_DTYPES)
+    if states not in STATE_DTYPES:
+        raise unknown("state dtype", states, STATE_DTYPES)
+    _flag(master=master, compensation=compensation)
+    w = WEIGHT_DTYPES[weights]
+    parts = {
+        "parameters": float(w),
+        "gradients": float(w),
+        "optimizer_state": 2 * STATE_DTYPES[states],
+        "master_weights": 4.0 if master else 0.0,
+        "compensation": float(w) if compensation else 0.0,
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
 def _activation_parts(
     seq_len: int,
     batch: int,
