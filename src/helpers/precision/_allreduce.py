@@ -56,7 +56,8 @@ def reduce_errors_on_rank(
     grad = rank_gradient(rank, size, seed)
     every = [rank_gradient(r, size, seed) for r in range(world_size)]
     exact = torch.stack([g.double() for g in every]).sum(dim=0)
-    exact_of_bf16 = torch.stack([g.to(torch.bfloat16).double() for g in every]).sum(dim=0)  # what a bf16 reduce starts from
+    # what a bf16 reduce starts from: the exact sum of the inputs after their rounding to bf16
+    exact_of_bf16 = torch.stack([g.to(torch.bfloat16).double() for g in every]).sum(dim=0)
     out: dict[str, Any] = {"world_size": world_size, "backend": dist.get_backend()}
     for arm in REDUCE_ARMS:
         if arm.startswith("fp32"):

@@ -23,6 +23,7 @@ the fp8 round trip; only the numerics are the recipes'.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -141,10 +142,14 @@ def linear_operands(
         names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
         raise unknown("linear layer", layer, names)
     seen: dict[str, torch.Tensor] = {}
-    hooks = [
-        linear.register_forward_hook(lambda _m, args, _out: seen.__setitem__("x", args[0].detach())),
-        linear.register_full_backward_hook(lambda _m, _gi, go: seen.__setitem__("dy", go[0].detach())  # type: ignore[index]),
-    ]
+
+    def keep_input(_module: Any, args: Any, _out: Any) -> None:
+        seen["x"] = args[0].detach()
+
+    def keep_grad_output(_module: Any, _grad_in: Any, grad_out: Any) -> None:
+        seen["dy"] = grad_out[0].detach()
+
+    hooks = [linear.register_forward_hook(keep_input), linear.register_full_backward_hook(keep_grad_output)]
     try:
         idx, targets = models.make_batch(cfg, batch_size, cfg.seq_len, "cpu", seed=seed)
         model(idx, targets).backward()
