@@ -1,6 +1,7 @@
 """helpers.nsys: the command lines, the stats CSV and SQLite readers, the examples."""
 
 import importlib.util
+import re
 import shlex
 import shutil
 import sqlite3
@@ -179,6 +180,90 @@ def test_stats_and_export_commands():
 def test_profile_command_rejects_bad_input(kwargs):
     with pytest.raises(ValueError):
         nsys.profile_command("train.py", **kwargs)
+
+
+def _options(cmd):
+    return nsys.parse_profile_command(cmd.argv)["options"]
+
+
+def test_extra_options_appear_only_when_asked():
+    plain = _options(nsys.profile_command("train.py"))
+    for key in ("--cuda-graph-trace", "--gpu-metrics-devices", "--python-backtrace", "--cuda-memory-usage"):
+        assert key not in plain
+    cmd = nsys.profile_command(
+        "train.py",
+        cuda_graph_trace="node",
+        gpu_metrics_devices=[0, 1, 0],
+        gpu_metrics_frequency=20000,
+        python_backtrace="cuda",
+        sample="process-tree",
+        cuda_memory_usage=True,
+    )
+    got = _options(cmd)
+    # written out from the User Guide's switch table, not from the builder's constants
+    assert got["--cuda-graph-trace"] == "node"
+    assert got["--gpu-metrics-devices"] == "0,1"
+    assert got["--gpu-metrics-frequency"] == "20000"
+    assert got["--python-backtrace"] == "cuda"
+    assert got["--cudabacktrace"] == "all"  # the guide: --python-backtrace needs --cudabacktrace
+    assert got["--sample"] == "process-tree"
+    assert got["--cuda-memory-usage"] == "true"
+    # the rest of the command is the plain one
+    assert {k: v for k, v in got.items() if k in plain and k != "--sample"} == {
+        k: v for k, v in plain.items() if k != "--sample"
+    }
+    assert _options(nsys.profile_command("t.py", gpu_metrics_devices="cuda-visible"))[
+        "--gpu-metrics-devices"
+    ] == ("cuda-visible")
+
+
+def test_extra_options_with_torchrun_go_to_every_rank():
+    cmd = nsys.profile_command(
+        "train.py", nproc_per_node=4, cuda_graph_trace="node", gpu_metrics_devices="all"
+    )
+    parsed = nsys.parse_profile_command(cmd.argv)
+    assert parsed["launcher"] == "torchrun"
+    assert parsed["options"]["--cuda-graph-trace"] == "node"
+
+
+def test_nvtx_capture_with_a_domain():
+    got = _options(
+        nsys.profile_command("train.py", capture_range="nvtx", nvtx_capture="step", nvtx_domain="trainer")
+    )
+    assert got["--nvtx-capture"] == "step@trainer"
+    assert got["--capture-range"] == "nvtx"
+    anyd = _options(
+        nsys.profile_command("train.py", capture_range="nvtx", nvtx_capture="step", nvtx_domain="*")
+    )
+    assert anyd["--nvtx-capture"] == "step@*"
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"cuda_graph_trace": "nodes"}, "cuda_graph_trace"),
+        ({"gpu_metrics_devices": "everything"}, "gpu_metrics_devices"),
+        ({"gpu_metrics_devices": [-1]}, "gpu_metrics_devices"),
+        ({"gpu_metrics_devices": []}, "gpu_metrics_devices"),
+        ({"gpu_metrics_devices": "all", "gpu_metrics_frequency": 9}, "gpu_metrics_frequency"),
+        ({"gpu_metrics_devices": "all", "gpu_metrics_frequency": 200_001}, "gpu_metrics_frequency"),
+        ({"gpu_metrics_frequency": 1000}, "gpu_metrics_devices"),
+        ({"python_backtrace": "python"}, "python_backtrace"),
+        ({"python_backtrace": "cuda"}, "sample='process-tree'"),
+        ({"sample": "cpu-everything"}, "sample"),
+        ({"nvtx_domain": "trainer"}, "capture_range='nvtx'"),
+        ({"capture_range": "nvtx", "nvtx_capture": "step@trainer"}, "nvtx_domain"),
+        ({"capture_range": "nvtx", "nvtx_capture": "step", "nvtx_domain": "a b"}, "nvtx_domain"),
+    ],
+)
+def test_extra_options_reject_unknown_values(kwargs, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        nsys.profile_command("train.py", **kwargs)
+
+
+def test_cuda_memory_usage_must_be_a_flag():
+    with pytest.raises(TypeError):
+        nsys.profile_command("train.py", cuda_memory_usage="yes")
 
 
 # --------------------------------------------------------------------------- stats CSV

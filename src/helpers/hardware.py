@@ -300,6 +300,15 @@ HOST_LINKS = {
     "NVLink-C2C (GH200)": 450e9,
 }
 
+#: Host memory, bytes/s at the channels' transfer rate (reads and writes share it; real code
+#: reaches less). DDR5-4800: 4800 MT/s × 8 bytes per 64-bit channel (JEDEC JESD79-5); the Intel
+#: Xeon Platinum 8480C of a DGX H100 has 8 channels per socket (Intel ARK, Xeon Platinum 8480+;
+#: NVIDIA DGX H100 User Guide: two sockets). Grace: 500 GB/s of LPDDR5X (NVIDIA GH200 datasheet).
+HOST_MEMORY = {
+    "DDR5-4800 x 8 channels (one Xeon 8480C socket)": 8 * 4800e6 * 8,
+    "Grace LPDDR5X (GH200)": 500e9,
+}
+
 
 @dataclass(frozen=True)
 class Interconnect:

@@ -108,6 +108,8 @@ def estimate(
     fused_attention: bool = True,
     overhead_bytes: float = 0,
     optimizer_impl: str = "foreach",
+    grad_accum: int = 1,
+    _moment: str = "peak",
 ) -> dict[str, Any]:
     """The **peak** memory of one training step per rank, by part, and when it comes.
 
@@ -127,6 +129,14 @@ def estimate(
       ``MemTracker`` measures it on a CPU (not measured on a GPU here). Each is checked against
       ``MemTracker`` with that implementation (``tests/test_memory.py``).
 
+    ``grad_accum``: micro-steps per optimizer step (gradient accumulation). From the second
+    micro-step on, the gradients of the earlier micro-steps are alive when the backward pass
+    starts, so that moment holds them too (``"gradients"``). They are fp32, 4 bytes per
+    parameter, in mixed precision as well: autocast's parameters are fp32, and stacks with
+    16-bit weights accumulate into an fp32 buffer (Megatron-LM's ``main_grad``); ZeRO stage 2
+    and 3 keep only this rank's shard. Backward also makes each new gradient before it adds it
+    in: the token embedding's, 4·vocab·hidden bytes, can be the larger temporary.
+
     Activations (``"activations"``): layers × Korthikanti et al.'s per-layer formula without
     dropout (16-bit elements with ``mixed_precision``, fp32 without), with the residual stream
     kept in fp32 as ``torch.autocast`` keeps it (the two LayerNorm inputs: 4·s·b·h more per
@@ -139,7 +149,7 @@ def estimate(
     setup. Tested against :func:`helpers.memory.track` on several models, sizes and precisions.
     """
     _flag(mixed_precision=mixed_precision, fused_attention=fused_attention)
-    batch, seq_len = _count(batch=batch, seq_len=seq_len)
+    batch, seq_len, grad_accum = _count(batch=batch, seq_len=seq_len, grad_accum=grad_accum)
     if optimizer_impl not in OPTIMIZER_IMPLS:
         raise unknown("optimizer_impl", optimizer_impl, OPTIMIZER_IMPLS)
     if isinstance(overhead_bytes, bool) or not isinstance(overhead_bytes, (int, float)) or overhead_bytes < 0:
@@ -182,13 +192,18 @@ def estimate(
     outside = 4 * sbh + 8 * sb + e * sbh + 8 * (2 * sb + seq_len)  # final LN in + stats, head in, ids
     logits = 4 * sb * shape.vocab
     loss_grads = 2 * logits
+    held = 4 * shape.n_params  # the accumulated fp32 gradients
     start = {
         **state,
-        "gradients": 0,
+        "gradients": (-(-held // dp) if zero_stage >= 2 else held) if grad_accum > 1 else 0,
         "activations": shape.layers * per_layer + outside,
         "logits": logits,
         "temporaries": max(loss_grads, full_layer) if recompute == "full" else loss_grads,
     }
+    if grad_accum > 1:
+        # backward makes each gradient before adding it to the kept one: for a moment both exist,
+        # and the token embedding's (4·vocab·hidden, the largest) can outgrow the loss's two
+        start["temporaries"] = max(start["temporaries"], 4 * shape.vocab * shape.hidden)
     if mixed_precision and recompute == "full":
         # the blocks' 16-bit weight copies are made inside the checkpointed region: recomputed,
         # not kept (the layers' matrices, 12·h² each as in a GPT layer)
@@ -201,6 +216,8 @@ def estimate(
         "logits": 0,
         "temporaries": _step_temporaries(optimizer_impl, state["optimizer_state"], shape) if adam else 0,
     }
+    if _moment == "backward starts":
+        return dict(start)
     start_total, end_total = sum(start.values()), sum(end.values())
     out: dict[str, Any] = dict(start if start_total >= end_total else end)
     out["overhead"] = int(overhead_bytes)
@@ -291,7 +308,8 @@ def _part(key: str, autocast: bool = False) -> str:
 
 
 class MemoryExplorer:
-    """Model, batch, sequence, precision, optimizer, ZeRO and recompute, against a GPU's memory.
+    """Model, batch, sequence, micro-steps, precision, optimizer, ZeRO and recompute, against a
+    GPU's memory.
 
     A live widget in Jupyter front ends with a widget manager; everywhere else (papermill,
     nbconvert, GitHub) the output also carries a static PNG of the same view.
@@ -328,6 +346,7 @@ class MemoryExplorer:
         self.seq = w.SelectionSlider(
             options=[2**i for i in range(7, 16)], value=seq_len, description=tr("seq_len"), **dd
         )
+        self.accum = w.Dropdown(options=[1, 2, 4, 8], value=1, description=tr("micro-steps"), **dd)
         self.stage = w.IntSlider(value=0, min=0, max=3, description=tr("ZeRO stage"), **dd)
         self.dp = w.SelectionSlider(
             options=[2**i for i in range(11)], value=8, description=tr("DP ranks"), **dd
@@ -347,6 +366,7 @@ class MemoryExplorer:
             self.attention,
             self.batch,
             self.seq,
+            self.accum,
             self.stage,
             self.dp,
             self.overhead,
@@ -356,7 +376,8 @@ class MemoryExplorer:
                 w.HBox(controls[:3]),
                 w.HBox(controls[3:6]),
                 w.HBox(controls[6:9]),
-                w.HBox(controls[9:]),
+                w.HBox(controls[9:11]),
+                w.HBox(controls[11:]),
                 self.row,
                 self.out,
             ]
@@ -374,6 +395,7 @@ class MemoryExplorer:
             "fused_attention": self.attention.value == "fused",
             "overhead_bytes": self.overhead.value * GB,
             "optimizer_impl": self.impl.value,
+            "grad_accum": self.accum.value,
         }
 
     def current(self, recompute: str | None = None) -> dict[str, Any]:
@@ -389,11 +411,12 @@ class MemoryExplorer:
 
     def _title(self) -> str:
         return tr(
-            "{model} · batch {batch} × seq {seq} · {precision} · {optimizer} ({impl} step) · ZeRO-{stage} × "
-            "{dp} ranks · {attention} attention · recompute {recompute}",
+            "{model} · batch {batch} × seq {seq} × {accum} micro-steps · {precision} · {optimizer} "
+            "({impl} step) · ZeRO-{stage} × {dp} ranks · {attention} attention · recompute {recompute}",
             model=self.model.value,
             batch=self.batch.value,
             seq=self.seq.value,
+            accum=self.accum.value,
             precision=self.precision.value,
             optimizer=self.optimizer.value,
             impl=self.impl.value,

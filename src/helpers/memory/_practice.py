@@ -25,7 +25,7 @@ from .. import models
 from .._validate import count as _count
 from .._validate import unknown
 from ..hardware import HOST_LINKS
-from ._ledger import activation_bytes
+from ..i18n import tr
 
 _UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 _NUMBER = r"([\d.]+)\s*(B|KiB|MiB|GiB|TiB)"
@@ -134,84 +134,162 @@ def offload_seconds(n_bytes: float, link: str = "PCIe 4.0 x16") -> float:
     return 2 * n_bytes / HOST_LINKS[link]
 
 
+#: What the host's AdamW step reads and writes per parameter in ZeRO-Offload: it reads the
+#: 16-bit gradient, the fp32 master weight and the two fp32 moments (2 + 12 bytes) and writes
+#: the last three and the 16-bit weight the GPU gets back (12 + 2).
+HOST_ADAMW_BYTES = 28
+
+
 @dataclass(frozen=True)
 class OffloadCost:
-    """What offloading moves over the host link in one training step, and the step's compute time
-    at the GPU's datasheet peak (the fastest the step could be, so a lower bound)."""
+    """What offloading moves in one training step, against the step's compute at the GPU's
+    datasheet peak (the fastest the step could be, so every "hides" is a best case).
+
+    ``saved_bytes``: what ``save_on_cpu`` sends, every tensor saved for backward, from the same
+    inventory as :func:`estimate` (its ``activations`` and the loss's fp32 ``logits``). Each byte
+    leaves in the forward pass and comes back in the backward pass."""
 
     model: str
     link: str
     gpu: str
+    host_memory: str
     recompute: str
-    saved_bytes: int  # every layer's saved activations (save_on_cpu sends them all)
-    saved_seconds: float  # there and back
-    zero_offload_gpu_bytes_freed: int  # ZeRO-Offload: AdamW states and fp32 master weights
-    zero_offload_seconds: float  # 16-bit gradients to the host, 16-bit parameters back
-    compute_seconds: float  # model FLOPs at the dense bf16 peak
+    saved_bytes: int
+    copy_seconds: float  # one direction
+    forward_seconds: float  # the forward pass's share of compute_seconds
+    compute_seconds: float  # the step's FLOPs (a recomputed forward included) at the bf16 peak
+    zero_offload_gpu_bytes_freed: int  # AdamW states and fp32 master weights
+    gradient_seconds: float  # ZeRO-Offload: 16-bit gradients to the host, during backward
+    parameter_seconds: float  # 16-bit parameters back, after the host step
+    host_step_seconds: float  # the host AdamW's memory traffic at the host memory's rate
+
+    @property
+    def backward_seconds(self) -> float:
+        return self.compute_seconds - self.forward_seconds
+
+    @property
+    def side_stream_mfu(self) -> float:
+        """The highest MFU at which a side-stream copy out still hides behind the forward pass
+        (the copy back has the backward pass, twice as long)."""
+        return min(1.0, self.forward_seconds / self.copy_seconds if self.copy_seconds else 1.0)
 
     def format(self) -> str:
         def ms(t: float) -> str:
-            return f"{t * 1e3:9.1f} ms"
+            return f"{t * 1e3:.1f} ms"
 
-        def verdict(t: float) -> str:  # the copy hides only behind a step at least as long
-            if t <= self.compute_seconds:
-                return "can hide behind the compute at any MFU"
-            return f"hides only if the step's MFU is below {self.compute_seconds / t:.0%}"
+        def hides(share: float) -> str:
+            if share >= 1:
+                return tr("hides at any MFU")
+            return tr("hides only if the step's MFU is below {share:.0%}", share=share)
 
+        grads = min(1.0, self.backward_seconds / self.gradient_seconds) if self.gradient_seconds else 1.0
         return "\n".join(
             [
-                f"{self.model}, recompute {self.recompute!r}, over {self.link}; compute at the {self.gpu} "
-                f"bf16 peak: {ms(self.compute_seconds).strip()} (no step is faster)",
-                f"  save_on_cpu:  {self.saved_bytes / 2**30:7.2f} GiB moved  -> {ms(self.saved_seconds)}, "
-                + verdict(self.saved_seconds),
-                f"  ZeRO-Offload: {self.zero_offload_gpu_bytes_freed / 2**30:7.2f} GiB freed  -> "
-                f"{ms(self.zero_offload_seconds)}, " + verdict(self.zero_offload_seconds),
+                tr(
+                    "{model}, recompute {recompute!r}, {link}; compute at the {gpu} bf16 peak: {compute} "
+                    "(forward {forward}; no step is faster)",
+                    model=self.model,
+                    recompute=self.recompute,
+                    link=self.link,
+                    gpu=self.gpu,
+                    compute=ms(self.compute_seconds),
+                    forward=ms(self.forward_seconds),
+                ),
+                tr(
+                    "  save_on_cpu: {gib:.2f} GiB each way, {copy} each way: adds {both} to every step "
+                    "(its copies run on the compute stream)",
+                    gib=self.saved_bytes / 2**30,
+                    copy=ms(self.copy_seconds),
+                    both=ms(2 * self.copy_seconds),
+                ),
+                tr("  on a side stream, the copy out must fit in the forward pass: ")
+                + hides(self.side_stream_mfu),
+                tr(
+                    "  ZeRO-Offload: {gib:.2f} GiB freed; gradients down {grad} in the backward pass: ",
+                    gib=self.zero_offload_gpu_bytes_freed / 2**30,
+                    grad=ms(self.gradient_seconds),
+                )
+                + hides(grads),
+                tr(
+                    "  then the host AdamW ({traffic:.1f} GB of memory traffic, {host}: {step}) and the "
+                    "parameters up ({up}): +{total} a step unless the update is delayed a step",
+                    traffic=HOST_ADAMW_BYTES * self.zero_offload_gpu_bytes_freed / 12 / 1e9,
+                    host=self.host_memory,
+                    step=ms(self.host_step_seconds),
+                    up=ms(self.parameter_seconds),
+                    total=ms(self.host_step_seconds + self.parameter_seconds),
+                ),
             ]
         )
 
 
 def offload_cost(
-    shape: Any, batch: int, recompute: str = "none", link: str = "PCIe 5.0 x16", gpu: str = "H100 SXM"
+    shape: Any,
+    batch: int,
+    recompute: str = "none",
+    link: str = "PCIe 5.0 x16",
+    gpu: str = "H100 SXM",
+    host_memory: str = "DDR5-4800 x 8 channels (one Xeon 8480C socket)",
 ) -> OffloadCost:
     """Transfer time of offloading for one step of ``shape`` (a :class:`ModelShape` or a
     preset name from :func:`model_presets`) in bf16 with fused attention, against the step's
-    model FLOPs at ``gpu``'s dense bf16 peak. Activations: every layer's saved tensors to the
-    host after its forward and back before its backward. ZeRO-Offload (Ren et al. 2021): the
-    optimizer step runs on the host, so 12 bytes a parameter leave the GPU and each step sends
-    2-byte gradients down and 2-byte parameters up. A copy that takes longer than the compute
-    it could hide behind makes the step slower: the copy hides only when the step's MFU is below
-    ``compute_seconds / transfer seconds``. The host's own optimizer step is not counted."""
+    FLOPs at ``gpu``'s dense bf16 peak.
+
+    Activations (``torch.autograd.graph.save_on_cpu(pin_memory=True)``): every saved tensor
+    goes to the host in the forward pass and comes back in the backward pass. torch issues both
+    copies on the current stream (``torch/autograd/graph.py``: ``copy_`` and ``.to`` with no
+    stream), so the compute waits for them and they add their whole time to the step. A copy on
+    a side stream (torchtune's activation offloading) can overlap, but the copy out must fit in
+    the forward pass, a third of the step (a quarter under full recompute).
+
+    ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840): the optimizer step runs on the host, so 12
+    bytes a parameter leave the GPU. The 16-bit gradients go down during the backward pass; then
+    the host's AdamW streams :data:`HOST_ADAMW_BYTES` bytes per parameter through
+    ``host_memory`` (:data:`helpers.hardware.HOST_MEMORY`, a lower bound on its time) and the
+    16-bit parameters come back before the next forward pass. Those two are in the step unless
+    the update is delayed one step (the paper's delayed parameter update)."""
     from .. import mfu
-    from ..hardware import get_device
-    from ._explorer import model_presets
+    from ..hardware import HOST_MEMORY, get_device
+    from ._explorer import estimate, model_presets
 
     if isinstance(shape, str):
         presets = model_presets()
         if shape not in presets:
             raise unknown("model", shape, presets)
         shape = presets[shape]
+    if host_memory not in HOST_MEMORY:
+        raise unknown("host memory", host_memory, HOST_MEMORY)
+    if link not in HOST_LINKS:
+        raise unknown("host link", link, HOST_LINKS)
     (batch,) = _count(batch=batch)
-    saved = shape.layers * activation_bytes(
-        shape.seq_len, batch, shape.hidden, shape.heads, recompute, bytes_per_element=2, fused_attention=True
-    )
-    flops = (
+    # what exists when backward starts: every saved tensor and the loss's fp32 log-softmax
+    parts = estimate(shape, batch, shape.seq_len, recompute=recompute, _moment="backward starts")
+    saved = parts["activations"] + parts["logits"]
+    model_flops = (
         batch
         * shape.seq_len
         * mfu.transformer_flops_per_token(
             shape.n_params, shape.layers, shape.heads, shape.hidden // shape.heads, shape.seq_len
         )
     )
-    device = get_device(gpu)
+    forward_flops = model_flops / 3  # forward 2 FLOPs per parameter and token, backward 4
+    step_flops = model_flops + (forward_flops if recompute == "full" else 0)
+    peak = get_device(gpu).peak_flops["bf16"]
+    rate = HOST_LINKS[link]
     return OffloadCost(
         shape.name,
         link,
-        device.name,
+        get_device(gpu).name,
+        host_memory,
         recompute,
         saved,
-        offload_seconds(saved, link),
+        saved / rate,
+        forward_flops / peak,
+        step_flops / peak,
         12 * shape.n_params,
-        offload_seconds(2 * shape.n_params, link),
-        flops / device.peak_flops["bf16"],
+        2 * shape.n_params / rate,
+        2 * shape.n_params / rate,
+        HOST_ADAMW_BYTES * shape.n_params / HOST_MEMORY[host_memory],
     )
 
 

@@ -180,11 +180,16 @@ def _default_step(
     optimizer: torch.optim.Optimizer,
     inputs: Sequence[torch.Tensor],
     autocast: torch.dtype | None,
+    grad_accum: int = 1,
+    between: Callable[[], None] = lambda: None,
 ) -> None:
     device_type = inputs[0].device.type
-    with torch.autocast(device_type, dtype=autocast) if autocast else contextlib.nullcontext():
-        loss = model(*inputs)
-    loss.backward()
+    for i in range(grad_accum):  # micro-steps: backward adds into the gradients already there
+        if i:
+            between()  # MemTracker refuses a second forward of a module without a reset
+        with torch.autocast(device_type, dtype=autocast) if autocast else contextlib.nullcontext():
+            loss = model(*inputs) / grad_accum
+        loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
@@ -253,6 +258,7 @@ def track(
     prime: bool | None = None,
     device: str | torch.device = "auto",
     autocast: str | None = None,
+    grad_accum: int = 1,
     _fast: bool = True,
 ) -> StepMemory:
     """Track the memory of whole training steps by category with ``MemTracker``.
@@ -263,7 +269,8 @@ def track(
     a GPU's default "foreach" AdamW briefly needs extra buffers as large as all the
     parameters), a function ``params -> Optimizer``, or (``fake=False``) an optimizer.
     ``step_fn(model, optimizer, inputs)`` runs one step; the default is forward with loss,
-    backward, ``optimizer.step()``, ``zero_grad(set_to_none=True)``. Course models get a
+    backward, ``optimizer.step()``, ``zero_grad(set_to_none=True)``; with ``grad_accum`` > 1,
+    that many forward and backward passes (micro-steps) before the optimizer step. Course models get a
     batch of ``batch_size`` × ``seq_len`` token ids (zeros: values do not change memory);
     other models need ``inputs``, a function returning the step's input tensors.
 
@@ -280,7 +287,7 @@ def track(
     _flag(fake=fake)
     if prime is not None:
         _flag(prime=prime)
-    steps, batch_size = _count(steps=steps, batch_size=batch_size)
+    steps, batch_size, grad_accum = _count(steps=steps, batch_size=batch_size, grad_accum=grad_accum)
     if fake:
         if str(device) not in ("cpu", "auto"):
             raise ValueError(
@@ -320,8 +327,8 @@ def track(
         opt = _optimizer_for(optimizer, built)
         if fake if prime is None else prime:
             _prime(built, opt)
-        run = step_fn or (lambda m, o, x: _default_step(m, o, x, amp))
         tracker = tracker_class()
+        run = step_fn or (lambda m, o, x: _default_step(m, o, x, amp, grad_accum, tracker.reset_mod_stats))
         tracker.track_external(built, opt, *batch)
         result = StepMemory(name, sum(p.numel() for p in built.parameters()), shape, fake, str(dev), 0.0)
         with tracker:

@@ -13,7 +13,8 @@ Definitions (PaLM, Chowdhery et al. 2022, appendix B; Korthikanti et al. 2022 fo
   global batch = micro batch · gradient-accumulation steps · data-parallel ranks. With tensor or
   pipeline parallelism, only the data-parallel ranks see different tokens; the denominator still
   counts every device.
-* a mixture-of-experts model counts its ACTIVE parameters per token in N, not all experts.
+* a mixture-of-experts model counts its ACTIVE parameters per token in N, not all experts
+  (:mod:`._conventions` also covers causal attention, the peak of an fp8 run and padding).
 
 Peaks: a GPU's comes from the datasheet table :data:`helpers.hardware.DEVICES` (dense); a
 CPU has no datasheet peak, so the course divides by the FLOP/s it *measured* on a large GEMM
@@ -37,6 +38,17 @@ from ._claims import (  # noqa: F401
     true_mfu,
 )
 from ._cli import main  # noqa: F401
+from ._conventions import (  # noqa: F401
+    MIXTRAL_8X7B,
+    MoEConfig,
+    batch_layouts,
+    causal_attention_flops_per_token,
+    example_lengths,
+    fp8_run_mfu,
+    moe_flops_per_token,
+    moe_params,
+    useful_model_flops,
+)
 from ._counting import _extra_formulas, count_flops, counted_flops_formula, flop_breakdown, flop_counter_mode  # noqa: F401
 from ._formulas import (  # noqa: F401
     attention_flops_per_token,

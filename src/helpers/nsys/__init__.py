@@ -2,7 +2,9 @@
 
 - :func:`profile_command`, :func:`stats_command`, :func:`export_command` build the ``nsys``
   command lines (single process and torchrun, ``--trace`` sets, the cudaProfilerApi or NVTX
-  capture range, one report per rank, or only some ranks) as an argv list plus a shell string.
+  capture range, one report per rank, or only some ranks; the optional switches of
+  :func:`extra_options`: CUDA graph nodes, GPU metrics, Python backtraces, CUDA memory usage,
+  an NVTX domain) as an argv list plus a shell string.
 - :func:`read_stats_csv` reads the CSV that ``nsys stats --format csv`` prints (reports
   ``cuda_gpu_kern_sum``, ``cuda_api_sum``, ``cuda_gpu_mem_time_sum``, ``nvtx_sum``, ...): columns
   are matched by name, banner lines before each table are skipped.
@@ -44,6 +46,7 @@ from ._commands import (  # noqa: F401
     DEFAULT_TRACE,
     Command,
     export_command,
+    extra_options,
     nsys_available,
     parse_profile_command,
     profile_command,

@@ -85,6 +85,104 @@ def supports_trace(name: str, nsys: str = "nsys") -> bool | None:
     return re.search(rf"\b{re.escape(name)}\b", section) is not None
 
 
+#: ``--sample`` values (Nsight Systems User Guide, "CLI Profile Command Switch Options").
+SAMPLE_VALUES = ("none", "process-tree", "system-wide")
+#: ``--cuda-graph-trace`` values (same page): "graph" traces each graph launch as a whole, with
+#: the least overhead (the default where the driver supports it); "node" traces every node of
+#: the graph (each kernel), at a cost the guide calls possibly significant.
+CUDA_GRAPH_TRACE_VALUES = ("graph", "node")
+#: ``--gpu-metrics-devices`` names (User Guide, "GPU Metrics": none|all|cuda-visible|<index>[,...]);
+#: ``none`` is nsys's default, so the builder leaves the option out instead.
+GPU_METRICS_DEVICE_NAMES = ("all", "cuda-visible")
+#: ``--gpu-metrics-frequency`` bounds in Hz (User Guide, "GPU Metrics": 10..200000, default 10000).
+GPU_METRICS_FREQUENCY_HZ = (10, 200_000)
+#: ``--python-backtrace`` values (User Guide, profile switches: cuda, none; default none).
+PYTHON_BACKTRACE_VALUES = ("cuda", "none")
+
+
+def _gpu_devices(value: str | int | Sequence[int]) -> str:
+    """The value of ``--gpu-metrics-devices``: a name from the guide or GPU indices."""
+    if isinstance(value, str):
+        if value in GPU_METRICS_DEVICE_NAMES:
+            return value
+        raise ValueError(
+            f"gpu_metrics_devices={value!r}: use 'all', 'cuda-visible', a GPU index (0) or a list "
+            "of indices ([0, 1]); `nsys profile --gpu-metrics-devices=help` lists this machine's GPUs."
+        )
+    indices = [value] if isinstance(value, int) else list(value)
+    if not indices or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in indices):
+        raise ValueError(
+            f"gpu_metrics_devices={value!r}: GPU indices are whole numbers >= 0, e.g. 0 or [0, 1]."
+        )
+    return ",".join(str(i) for i in dict.fromkeys(indices))
+
+
+def extra_options(
+    *,
+    cuda_graph_trace: str | None = None,
+    gpu_metrics_devices: str | int | Sequence[int] | None = None,
+    gpu_metrics_frequency: int | None = None,
+    python_backtrace: str | None = None,
+    cuda_memory_usage: bool = False,
+    sample: str = "none",
+) -> list[str]:
+    """The optional ``nsys profile`` switches, checked against the Nsight Systems User Guide
+    (https://docs.nvidia.com/nsight-systems/UserGuide/index.html, "CLI Profile Command Switch
+    Options" and "GPU Metrics"). Each appears only when asked for.
+
+    - ``cuda_graph_trace``: ``"node"`` shows each kernel of a CUDA graph replay;
+      ``"graph"`` (nsys's default) one block per replay.
+    - ``gpu_metrics_devices`` / ``gpu_metrics_frequency``: sample the GPU's hardware counters
+      (SM active, tensor-core active, DRAM bandwidth, ...) at 10 to 200000 Hz.
+    - ``python_backtrace="cuda"``: the Python call stack of each CUDA API call; the guide
+      requires ``--cudabacktrace`` and CPU sampling, so it adds ``--cudabacktrace=all`` and
+      refuses ``sample="none"``.
+    - ``cuda_memory_usage=True``: GPU memory used over time (``--cuda-memory-usage=true``).
+    """
+    _flag(cuda_memory_usage=cuda_memory_usage)
+    out: list[str] = []
+    if cuda_graph_trace is not None:
+        if cuda_graph_trace not in CUDA_GRAPH_TRACE_VALUES:
+            raise ValueError(
+                f"cuda_graph_trace={cuda_graph_trace!r}: use 'node' (each kernel of a graph replay) "
+                "or 'graph' (one block per replay, nsys's default)."
+            )
+        out.append(f"--cuda-graph-trace={cuda_graph_trace}")
+    if gpu_metrics_devices is not None:
+        out.append(f"--gpu-metrics-devices={_gpu_devices(gpu_metrics_devices)}")
+    if gpu_metrics_frequency is not None:
+        low, high = GPU_METRICS_FREQUENCY_HZ
+        if gpu_metrics_devices is None:
+            raise ValueError(
+                "gpu_metrics_frequency needs gpu_metrics_devices (e.g. 'all'): no GPU is sampled without it."
+            )
+        if (
+            isinstance(gpu_metrics_frequency, bool)
+            or not isinstance(gpu_metrics_frequency, int)
+            or not low <= gpu_metrics_frequency <= high
+        ):
+            raise ValueError(
+                f"gpu_metrics_frequency={gpu_metrics_frequency!r}: give a whole number of Hz "
+                f"from {low} to {high} (nsys's default is 10000)."
+            )
+        out.append(f"--gpu-metrics-frequency={gpu_metrics_frequency}")
+    if python_backtrace is not None:
+        if python_backtrace not in PYTHON_BACKTRACE_VALUES:
+            raise ValueError(
+                f"python_backtrace={python_backtrace!r}: use 'cuda' (a Python stack per CUDA call) or 'none'."
+            )
+        if python_backtrace == "cuda":
+            if sample == "none":
+                raise ValueError(
+                    "python_backtrace='cuda' needs CPU sampling (the User Guide says so): "
+                    "pass sample='process-tree' as well."
+                )
+            out += ["--python-backtrace=cuda", "--cudabacktrace=all"]
+    if cuda_memory_usage:
+        out.append("--cuda-memory-usage=true")
+    return out
+
+
 def profile_command(
     script: str,
     *script_args: str,
@@ -97,6 +195,12 @@ def profile_command(
     python: str = "python",
     sample: str = "none",
     ranks: Sequence[int] | None = None,
+    nvtx_domain: str | None = None,
+    cuda_graph_trace: str | None = None,
+    gpu_metrics_devices: str | int | Sequence[int] | None = None,
+    gpu_metrics_frequency: int | None = None,
+    python_backtrace: str | None = None,
+    cuda_memory_usage: bool = False,
 ) -> Command:
     """``nsys profile`` for ``python script args``.
 
@@ -115,27 +219,58 @@ def profile_command(
       ``"nvtx"``: capture only inside the NVTX range named ``nvtx_capture`` (``--nvtx-capture``;
       the range's name is an unregistered string, so ``NSYS_NVTX_PROFILER_REGISTER_ONLY=0``);
       both with ``--capture-range-end=stop``. ``None`` captures the whole run.
+      ``nvtx_domain="trainer"`` matches the range only in that NVTX domain
+      (``--nvtx-capture=step@trainer``; ``"*"``: any domain).
+
+    Options asked for by keyword (each one only when asked; see :func:`extra_options`):
+    ``cuda_graph_trace`` (``"graph"`` or ``"node"``), ``gpu_metrics_devices`` (``"all"``,
+    ``"cuda-visible"``, a GPU index or a list of them) with ``gpu_metrics_frequency`` (Hz),
+    ``python_backtrace="cuda"`` (needs CPU sampling, e.g. ``sample="process-tree"``) and
+    ``cuda_memory_usage=True``.
     """
-    _flag(per_rank=per_rank)
+    _flag(per_rank=per_rank, cuda_memory_usage=cuda_memory_usage)
     if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
         raise ValueError(f"nproc_per_node={nproc_per_node!r}: need a whole number of processes >= 1.")
     if not output or any(ch.isspace() for ch in output):
         raise ValueError(f"output={output!r}: give a report name without spaces, e.g. 'trace_step'.")
     multi = nproc_per_node > 1
+    if sample not in SAMPLE_VALUES:
+        raise ValueError(f"sample={sample!r}: use one of {', '.join(map(repr, SAMPLE_VALUES))}.")
     options = [_trace_option(trace), f"--sample={sample}"]
+    options += extra_options(
+        cuda_graph_trace=cuda_graph_trace,
+        gpu_metrics_devices=gpu_metrics_devices,
+        gpu_metrics_frequency=gpu_metrics_frequency,
+        python_backtrace=python_backtrace,
+        cuda_memory_usage=cuda_memory_usage,
+        sample=sample,
+    )
     if nvtx_capture is not None and capture_range != "nvtx":
         raise ValueError("nvtx_capture is used only with capture_range='nvtx'.")
+    if nvtx_domain is not None and capture_range != "nvtx":
+        raise ValueError("nvtx_domain is used only with capture_range='nvtx' and nvtx_capture='<range>'.")
     if capture_range is not None:
         if capture_range not in ("cudaProfilerApi", "nvtx"):
             raise ValueError(f"capture_range={capture_range!r}: use 'cudaProfilerApi', 'nvtx' or None.")
         options.append(f"--capture-range={capture_range}")
         if capture_range == "nvtx":
-            if not nvtx_capture or any(ch.isspace() for ch in nvtx_capture):
+            if not nvtx_capture or any(ch.isspace() or ch == "@" for ch in nvtx_capture):
                 raise ValueError(
                     "capture_range='nvtx' needs nvtx_capture='<range name>' (e.g. 'step'), "
-                    "the NVTX range whose start and end bound the capture."
+                    "the NVTX range whose start and end bound the capture; give its domain "
+                    "as nvtx_domain='<domain>', not after an '@'."
                 )
-            options += [f"--nvtx-capture={nvtx_capture}", "--env-var=NSYS_NVTX_PROFILER_REGISTER_ONLY=0"]
+            target = nvtx_capture
+            if nvtx_domain is not None:
+                # User Guide, "CLI Profile Command Switch Options", --nvtx-capture: the values
+                # are range@domain, range (the default domain) and range@* (any domain)
+                if not nvtx_domain or any(ch.isspace() or ch == "@" for ch in nvtx_domain):
+                    raise ValueError(
+                        f"nvtx_domain={nvtx_domain!r}: give the domain's name without spaces or '@' "
+                        "(e.g. 'trainer'), or '*' for any domain."
+                    )
+                target = f"{nvtx_capture}@{nvtx_domain}"
+            options += [f"--nvtx-capture={target}", "--env-var=NSYS_NVTX_PROFILER_REGISTER_ONLY=0"]
         options.append("--capture-range-end=stop")
     options.append("--force-overwrite=true")
     program = [python, script, *script_args]

@@ -15,7 +15,8 @@ The recorders here hide the profiler's native ``USDT ... profiler_start`` notice
 The parts: :mod:`._annotate` (the ranges and their NVTX backend), :mod:`._record` (profiling a
 function into a chrome trace), :mod:`._ranges` (the ranges of a trace, read by chapter 4's
 trace reader), :mod:`._loop` (the demo training loop and ``python -m helpers.nvtx``) and
-:mod:`._schedule` (steady-state capture).
+:mod:`._schedule` (steady-state capture) and :mod:`._syncdebug` (PyTorch's sync debug mode,
+``CUDA_LAUNCH_BLOCKING``).
 """
 
 from __future__ import annotations
@@ -32,3 +33,4 @@ from ._schedule import (  # noqa: F401
     steady_state_kwargs,
     steady_state_schedule,
 )
+from ._syncdebug import SyncReport, find_syncs, launch_blocking, sync_examples  # noqa: F401
