@@ -9,7 +9,7 @@ import ml_dtypes  # declared in the course extra: a missing one is a broken inst
 import pytest
 import torch
 
-from helpers import bench, precision
+from helpers import bench, models, precision
 
 # --------------------------------------------------------------------------- formats
 
@@ -19,6 +19,8 @@ TORCH_FORMATS = {
     "bf16": "ieee",
     "fp8_e4m3": "fn",
     "fp8_e5m2": "ieee",
+    "e4m3fnuz": "fnuz",
+    "e5m2fnuz": "fnuz",
     "e8m0": "e8m0",
 }
 
@@ -564,3 +566,200 @@ def test_cast_beyond_max_reports_what_this_torch_does():
     assert math.isinf(precision.cast_beyond_max(torch.float16)["inf"])
     with pytest.raises(ValueError, match="floating-point"):
         precision.cast_beyond_max(torch.int8)
+
+
+# --------------------------------------------------------------------------- AMD's FNUZ fp8
+
+
+def _every_value(dtype: torch.dtype) -> torch.Tensor:
+    """All 256 codes of an 8-bit dtype, decoded by torch (code i at index i)."""
+    return torch.arange(256, dtype=torch.uint8).view(dtype).float()
+
+
+@pytest.mark.parametrize(
+    "dtype,name", [(torch.float8_e4m3fnuz, "e4m3fnuz"), (torch.float8_e5m2fnuz, "e5m2fnuz")]
+)
+def test_fnuz_rows_match_every_code_of_the_format(dtype, name):
+    """The table's row against the 256 codes decoded one by one: max, smallest normal and
+    subnormal, the step after 1, one NaN at 0x80, no infinity, no negative zero."""
+    values = _every_value(dtype)
+    row = precision.format_table().row(name)
+    finite = values[values.isfinite()]
+    positive = finite[finite > 0].unique()
+    assert row.max == finite.max().item() and torch.isnan(values).nonzero().flatten().tolist() == [0x80]
+    assert not values.isinf().any() and not (torch.signbit(values) & (values == 0)).any()
+    assert row.smallest_subnormal == positive.min().item()
+    assert row.eps == positive[positive > 1].min().item() - 1.0  # the cast's step, not finfo's
+    assert row.smallest_normal == torch.finfo(dtype).smallest_normal
+    assert row.max == {"e4m3fnuz": 240.0, "e5m2fnuz": 57344.0}[name]  # AMD's HIP documentation
+
+
+def test_encodings_say_what_the_cast_does_with_special_values():
+    for dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz):
+        got = precision.encodings(dtype)
+        values = _every_value(dtype)
+        assert math.isnan(values[got["nan_bits"]].item())
+        back = torch.tensor([-0.0, float("inf")]).to(dtype)
+        assert got["negative_zero_bits"] == back.view(torch.uint8)[0].item()
+        assert got["negative_zero_kept"] == bool(torch.signbit(back.float()[0]))
+        inf = back.float()[1].item()
+        assert got["inf_becomes"] == inf or (math.isnan(got["inf_becomes"]) and math.isnan(inf))
+        assert got["finfo_eps"] == torch.finfo(dtype).eps and got["cast_eps"] == precision.cast_eps(dtype)
+    fnuz = precision.encodings(torch.float8_e4m3fnuz)
+    assert fnuz["nan_bits"] == 0x80 and fnuz["negative_zero_bits"] == 0 and not fnuz["negative_zero_kept"]
+    with pytest.raises(ValueError, match="8-bit"):
+        precision.encodings(torch.float16)
+
+
+# --------------------------------------------------------------------------- bf16 weights: SR, Kahan
+
+
+def _bf16_neighbours(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bf16 values just below and just above each x (x itself twice when it is a bf16 value)."""
+    near = x.to(torch.bfloat16)
+    below = torch.where(
+        near.float() > x, torch.nextafter(near, torch.tensor(-math.inf, dtype=torch.bfloat16)), near
+    )
+    above = torch.where(
+        near.float() < x, torch.nextafter(near, torch.tensor(math.inf, dtype=torch.bfloat16)), near
+    )
+    return below.float(), above.float()
+
+
+def test_stochastic_rounding_picks_a_neighbour_and_is_right_on_average():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1000, generator=gen) * 0.05
+    below, above = _bf16_neighbours(x)
+    for _ in range(5):
+        got = precision.stochastic_round_bf16(x, gen).float()
+        assert ((got == below) | (got == above)).all()
+    exact = torch.tensor([-0.75, 1.0, 3.5])  # bf16 values are kept as they are
+    assert torch.equal(precision.stochastic_round_bf16(exact).float(), exact)
+    # 1 + 0.3 of a gap: up with probability 0.3 (20 000 seeded draws: 0.3 within 0.02)
+    x = torch.full((20_000,), 1.0 + 0.3 * 2.0**-7)
+    up = (precision.stochastic_round_bf16(x, torch.Generator().manual_seed(1)).float() > 1.0).float().mean()
+    assert abs(up.item() - 0.3) < 0.02
+    with pytest.raises(ValueError, match="float32"):
+        precision.stochastic_round_bf16(x.half())
+
+
+def test_update_rules_against_a_loop_written_here():
+    """Weights of 1.0 (bf16 gap 2^-7) and an update of 1e-3, below half the gap: round-to-nearest
+    loses every step; an fp32 master and Kahan's buffer keep them (checked with float64)."""
+    weights, update, steps = torch.ones(64), torch.full((64,), 1e-3), 100
+    runs = {r.rule: r for r in precision.compare_update_rules(weights, update, steps)}
+    assert list(runs) == list(precision.UPDATE_RULES)
+    assert runs["bf16 round-to-nearest"].arrived == 0.0
+    assert runs["bf16 round-to-nearest"].rms_error == pytest.approx(1.0)
+    exact = 1.0 + steps * torch.tensor(1e-3, dtype=torch.float32).double().item()
+    master = torch.ones((), dtype=torch.float32)
+    for _ in range(steps):
+        master = master + torch.tensor(1e-3)
+    assert runs["fp32 master"].arrived == pytest.approx((master.item() - 1.0) / (exact - 1.0), rel=1e-12)
+    w, c = torch.ones((), dtype=torch.bfloat16), torch.zeros((), dtype=torch.bfloat16)
+    for _ in range(steps):  # Kahan written out here
+        y = 1e-3 - c.double()
+        t = (w.double() + y).float().to(torch.bfloat16)
+        c = ((t.double() - w.double()) - y).float().to(torch.bfloat16)
+        w = t
+    assert runs["bf16 + Kahan buffer"].arrived == pytest.approx(
+        (w.double().item() - 1.0) / (exact - 1.0), rel=1e-6
+    )
+    assert abs(w.double().item() - exact) <= 2.0**-8  # within half a gap of the exact weight
+    assert 0.5 < runs["bf16 stochastic rounding"].arrived < 1.5
+    sizes = {"fp32 master": torch.float32.itemsize, "bf16 + Kahan buffer": 2 * torch.bfloat16.itemsize}
+    assert {k: runs[k].bytes_per_param for k in sizes} == sizes
+    assert runs["bf16 stochastic rounding"].bytes_per_param == torch.bfloat16.itemsize
+    assert "bytes per weight" in str(runs["fp32 master"])
+    with pytest.raises(ValueError, match="update rule"):
+        precision.apply_updates(weights, update, steps, "fp16 nearest")
+
+
+# --------------------------------------------------------------------------- bf16 all-reduce
+
+
+def test_bf16_allreduce_on_real_ranks_matches_the_sum_written_here():
+    """With two ranks any all-reduce returns one rounding of a + b: computed here, compared with
+    what gloo returned; with four, the bf16 sum's own error is larger (seeded data)."""
+    size = 4096
+    two, four = precision.bf16_allreduce_errors((2, 4), size=size)
+    a, b = precision.rank_gradient(0, size), precision.rank_gradient(1, size)
+    exact = a.double() + b.double()
+
+    def rel(got: torch.Tensor, ref: torch.Tensor) -> float:
+        return ((got.double() - ref).norm() / ref.norm()).item()
+
+    ab, bb = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    assert two.errors["fp32 grads, fp32 reduce"] == pytest.approx(rel(a + b, exact), rel=1e-6)
+    assert two.errors["bf16 grads, fp32 reduce"] == pytest.approx(
+        rel(ab.float() + bb.float(), exact), rel=1e-6
+    )
+    bf16_sum = (ab.float() + bb.float()).to(torch.bfloat16)
+    assert two.errors["bf16 grads, bf16 reduce"] == pytest.approx(rel(bf16_sum, exact), rel=1e-6)
+    assert two.errors[precision.REDUCTION_ONLY] == pytest.approx(
+        rel(bf16_sum, ab.double() + bb.double()), rel=1e-6
+    )
+    assert two.backend == "gloo" and two.world_size == 2 and four.world_size == 4
+    assert four.errors[precision.REDUCTION_ONLY] > two.errors[precision.REDUCTION_ONLY]
+    assert "ranks" in str(four)
+    with pytest.raises(ValueError, match="world_size"):
+        precision.bf16_allreduce_errors((1,))
+
+
+# --------------------------------------------------------------------------- float8 recipes
+
+
+def _cast_back(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    top = torch.finfo(dtype).max
+    return (x * scale).clamp(-top, top).to(dtype).float() / scale
+
+
+def test_scaled_fp8_per_tensor_per_row_and_power_of_two():
+    x = torch.randn(6, 40, generator=torch.Generator().manual_seed(2))
+    x[3] *= 500.0
+    top = torch.finfo(torch.float8_e4m3fn).max
+    whole = precision.scaled_fp8(x)
+    assert torch.equal(whole, _cast_back(x, top / x.abs().max(), torch.float8_e4m3fn))
+    rows = precision.scaled_fp8(x, dim=1)
+    for i in range(x.shape[0]):  # one row at a time, written here
+        assert torch.equal(rows[i], _cast_back(x[i], top / x[i].abs().max(), torch.float8_e4m3fn))
+    pow2 = precision.scaled_fp8(x, dim=1, power_of_two=True)
+    for i in range(x.shape[0]):
+        scale = 2.0 ** math.floor(math.log2(top / x[i].abs().max().item()))
+        assert torch.equal(pow2[i], _cast_back(x[i], torch.tensor(scale), torch.float8_e4m3fn))
+
+
+def _median_row_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((got - ref).norm(dim=1) / ref.norm(dim=1)).median().item()
+
+
+def test_recipe_errors_follow_torchaos_recipes():
+    ops = precision.linear_operands("tiny", layer="blocks.0.up", batch_size=2)
+    x, w, dy = ops.x, ops.w, ops.dy
+    e4, e5, top4, top5 = torch.float8_e4m3fn, torch.float8_e5m2, 448.0, 57344.0
+
+    def tensorwise(t: torch.Tensor, dtype: torch.dtype, top: float) -> torch.Tensor:
+        return _cast_back(t, top / t.abs().max(), dtype)
+
+    got = precision.recipe_errors(x, w, dy, "tensorwise")
+    assert got["Y = X·Wᵀ"] == pytest.approx(
+        _median_row_error(tensorwise(x, e4, top4) @ tensorwise(w, e4, top4).T, x @ w.T)
+    )
+    assert got["dX = dY·W"] == pytest.approx(
+        _median_row_error(tensorwise(dy, e5, top5) @ tensorwise(w, e4, top4), dy @ w)
+    )
+    hp = precision.recipe_errors(x, w, dy, "rowwise_with_gw_hp")
+    bf = dy.to(torch.bfloat16).float().T @ x.to(torch.bfloat16).float()
+    assert hp["dW = dYᵀ·X"] == pytest.approx(_median_row_error(bf, dy.T @ x))
+    assert hp["dW = dYᵀ·X"] < precision.recipe_errors(x, w, dy, "rowwise")["dW = dYᵀ·X"]
+    # the operands are the layer's: dYᵀ·X is the weight gradient autograd computes
+    model = models.build_model("tiny")
+    idx, targets = models.make_batch("tiny", 2, seed=0)
+    model(idx, targets).backward()
+    assert torch.allclose(dy.T @ x, model.blocks[0].up.weight.grad, rtol=1e-4, atol=1e-9)
+    with pytest.raises(ValueError, match="float8 recipe"):
+        precision.recipe_errors(x, w, dy, "blockwise")
+    with pytest.raises(ValueError, match="2-D"):
+        precision.recipe_errors(x[0], w, dy, "rowwise")
+    with pytest.raises(ValueError, match="outlier place"):
+        ops.with_outlier("row")

@@ -11,6 +11,13 @@
   scales :func:`mx_quantize`, :func:`block_errors`;
 * autocast — which op runs in which dtype :func:`autocast_dtypes`; fp32 vs autocast loss
   curves :func:`train_losses`, :func:`loss_gap`, :func:`plot_losses`;
+* AMD's FNUZ fp8 formats and the special codes of each fp8 dtype: :func:`encodings`,
+  :func:`cast_eps`;
+* bf16 weights without an fp32 master copy: stochastic rounding and Kahan summation,
+  :func:`compare_update_rules`, :func:`stochastic_round_bf16`, :func:`kahan_step`;
+* the precision of a bf16 all-reduce across real ranks: :func:`bf16_allreduce_errors`;
+* torchao's float8 training recipes emulated with the course's quantizer:
+  :func:`recipe_errors`, :func:`linear_operands`, :func:`scaled_fp8`;
 * the measured speed-up of bf16 on a GEMM and on the training step, on the roofline:
   :func:`measure_speedups`, :func:`plot_speedups`.
 
@@ -19,13 +26,17 @@ Sources: Micikevicius et al., "Mixed Precision Training" (ICLR 2018); Micikevici
 (2023); NVIDIA Transformer Engine documentation (delayed scaling); PyTorch's AMP documentation.
 """
 
+from ._allreduce import REDUCE_ARMS, REDUCTION_ONLY, ReduceErrors, bf16_allreduce_errors, rank_gradient
 from ._autocast import AUTOCAST, CUDA_AUTOCAST, cuda_autocast_lists, cuda_autocast_policy
 from ._formats import (
     FATES,
     STORAGE,
+    Encodings,
     FloatFormat,
     FormatTable,
     cast_beyond_max,
+    cast_eps,
+    encodings,
     fate,
     format_table,
     layout_limits,
@@ -39,6 +50,7 @@ from ._practice import (
     saved_bytes_by_precision,
     scaler_steps,
 )
+from ._recipes import RECIPES, LinearOperands, linear_operands, recipe_errors, scaled_fp8
 from ._scaling import (
     MX_BLOCK,
     POLICIES,
@@ -73,8 +85,35 @@ from ._training import (
     plot_speedups,
     train_losses,
 )
+from ._updates import (
+    UPDATE_RULES,
+    UpdateRun,
+    apply_updates,
+    compare_update_rules,
+    kahan_step,
+    stochastic_round_bf16,
+)
 
 __all__ = [
+    "Encodings",
+    "LinearOperands",
+    "RECIPES",
+    "REDUCE_ARMS",
+    "REDUCTION_ONLY",
+    "ReduceErrors",
+    "UPDATE_RULES",
+    "UpdateRun",
+    "apply_updates",
+    "bf16_allreduce_errors",
+    "cast_eps",
+    "compare_update_rules",
+    "encodings",
+    "kahan_step",
+    "linear_operands",
+    "rank_gradient",
+    "recipe_errors",
+    "scaled_fp8",
+    "stochastic_round_bf16",
     "CUDA_AUTOCAST",
     "ScalerStep",
     "accumulate",

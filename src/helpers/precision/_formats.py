@@ -11,12 +11,17 @@ exponent bits and ``m`` mantissa bits. Three layouts differ in what the top expo
 * ``"e8m0"`` (the MX scale format): no sign, no mantissa — powers of two 2^-127 … 2^127,
   all-ones is NaN;
 * ``"mx"`` (the MX element formats fp6 e3m2, fp6 e2m3 and fp4 e2m1): no infinity and no NaN
-  code at all, so every exponent and mantissa pattern is a number.
+  code at all, so every exponent and mantissa pattern is a number;
+* ``"fnuz"`` (AMD's fp8 e4m3fnuz and e5m2fnuz: finite, NaN, unsigned zero): no infinity and no
+  negative zero; the one NaN is the negative-zero pattern 0x80, so every other code is a number,
+  and the bias is one larger, ``2^(e-1)`` (e4m3fnuz: max 240, smallest normal 2^-7).
 
 Sources: IEEE 754-2019; Micikevicius et al., "FP8 Formats for Deep Learning" (2022) for E4M3
 and E5M2; the OCP Microscaling Formats (MX) Specification v1.0 (2023) for E8M0 and the fp6 and
 fp4 element formats (MXFP6, MXFP4); NVIDIA's NVFP4 (Blackwell) uses the same fp4 e2m1 element
-with one e4m3 scale per 16 values.
+with one e4m3 scale per 16 values; the FNUZ formats: AMD's HIP documentation, "FP8 numbers"
+(ROCm 6.2, rocm.docs.amd.com/projects/HIP/en/docs-6.2.0/reference/fp8_numbers.html), which lists
+them for gfx940/gfx941/gfx942 (the Instinct MI300 series) and the OCP formats only on the host.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ _SPECS: dict[str, tuple[torch.dtype | None, int, int, str, str]] = {
     "bf16": (torch.bfloat16, 8, 7, "ieee", "fp32's range with 7 mantissa bits"),
     "fp8_e4m3": (torch.float8_e4m3fn, 4, 3, "fn", "fp8 for weights and activations (forward)"),
     "fp8_e5m2": (torch.float8_e5m2, 5, 2, "ieee", "fp8 for gradients (backward): more range"),
+    "e4m3fnuz": (torch.float8_e4m3fnuz, 4, 3, "fnuz", "AMD MI300 fp8: max 240, no inf, no -0, NaN = 0x80"),
+    "e5m2fnuz": (torch.float8_e5m2fnuz, 5, 2, "fnuz", "AMD MI300 fp8: e5m2's range, no inf, no -0"),
     "e8m0": (torch.float8_e8m0fnu, 8, 0, "e8m0", "MX block scale: a power of two, no sign"),
     "fp6_e3m2": (None, 3, 2, "mx", "MXFP6 element (32 per e8m0 scale): no inf, no NaN"),
     "fp6_e2m3": (None, 2, 3, "mx", "MXFP6 element (32 per e8m0 scale): no inf, no NaN"),
@@ -123,6 +130,10 @@ def layout_limits(exponent_bits: int, mantissa_bits: int, layout: str = "ieee") 
     elif layout == "mx":
         emax = 2**exponent_bits - 1 - bias  # every code is a number: no inf, no NaN
         largest_mantissa = 2 - eps
+    elif layout == "fnuz":
+        bias += 1  # the bias is 2^(e-1): the range sits one binade lower than IEEE's ...
+        emax = 2**exponent_bits - 1 - bias  # ... and the top exponent holds numbers (NaN is 0x80)
+        largest_mantissa = 2 - eps
     elif layout == "e8m0":
         return {
             "max": 2.0 ** (2**exponent_bits - 2 - bias),
@@ -131,7 +142,7 @@ def layout_limits(exponent_bits: int, mantissa_bits: int, layout: str = "ieee") 
             "eps": 1.0,
         }
     else:
-        raise ValueError(f"layout must be 'ieee', 'fn', 'mx' or 'e8m0', got {layout!r}")
+        raise ValueError(f"layout must be 'ieee', 'fn', 'fnuz', 'mx' or 'e8m0', got {layout!r}")
     normal = 2.0 ** (1 - bias)
     return {
         "max": largest_mantissa * 2.0**emax,
@@ -141,9 +152,25 @@ def layout_limits(exponent_bits: int, mantissa_bits: int, layout: str = "ieee") 
     }
 
 
+def cast_eps(dtype: torch.dtype) -> float:
+    """The machine epsilon this torch's cast shows: the smallest ``2^-k`` for which ``1 + 2^-k``
+    survives a round trip through ``dtype`` (it is exactly representable for ``k`` up to the
+    mantissa bits). Read from the cast, not from ``torch.finfo``: ``finfo(float8_e5m2fnuz).eps``
+    reads 0.125 on some builds, while the format has 2 mantissa bits (a step of 0.25 after 1)."""
+    if not dtype.is_floating_point:
+        raise ValueError(f"cast_eps needs a floating-point dtype, got {dtype}")
+    eps = 1.0
+    for k in range(1, 60):
+        if torch.tensor(1.0 + 2.0**-k, dtype=torch.float64).to(dtype).double().item() != 1.0 + 2.0**-k:
+            break
+        eps = 2.0**-k
+    return eps
+
+
 def _from_finfo(name: str, dtype: torch.dtype, note: str) -> FloatFormat:
     info = torch.finfo(dtype)
-    mantissa = round(-math.log2(info.eps))
+    eps = cast_eps(dtype)  # what the cast does; equals finfo's eps where finfo is right
+    mantissa = round(-math.log2(eps))
     sign = 0 if info.min > 0 else 1  # e8m0 has no negative numbers
     smallest_normal = float(info.smallest_normal)
     return FloatFormat(
@@ -154,8 +181,8 @@ def _from_finfo(name: str, dtype: torch.dtype, note: str) -> FloatFormat:
         mantissa,
         float(info.max),
         smallest_normal,
-        smallest_normal * info.eps if mantissa else None,
-        float(info.eps),
+        smallest_normal * eps if mantissa else None,
+        eps,
         dtype,
         "torch.finfo",
         note,
@@ -167,8 +194,10 @@ def format_table() -> FormatTable:
     fp6 e2m3 and fp4 e2m1: bits, exponent and mantissa bits, max, smallest normal, smallest
     subnormal and machine epsilon.
 
-    Computed from ``torch.finfo`` where torch has the dtype (exponent and mantissa bits from
-    its ``bits`` and ``eps``, the smallest subnormal as smallest normal × eps); tf32, which
+    Computed from ``torch.finfo`` where torch has the dtype (max and smallest normal from
+    finfo; eps from the cast, :func:`cast_eps`, since finfo's is wrong for e5m2fnuz on some
+    builds; mantissa bits from eps, exponent bits the rest; the smallest subnormal as smallest
+    normal × eps); AMD's fp8 e4m3fnuz and e5m2fnuz sit beside the OCP ones; tf32, which
     is a math mode and has no dtype, and the fp6 and fp4 elements from their bit layout.
     """
     rows = FormatTable()
@@ -255,6 +284,47 @@ def cast_beyond_max(dtype: torch.dtype) -> dict[str, Any]:
     probe = torch.tensor([top * 480 / 448, top * 20, float("inf")])
     back = probe.to(dtype).float().tolist()
     return {"torch": torch.__version__, "just_past_max": back[0], "far_past_max": back[1], "inf": back[2]}
+
+
+class Encodings(TypedDict):
+    """What :func:`encodings` returns (a plain dict)."""
+
+    dtype: str
+    max: float
+    nan_bits: int  # the bit pattern torch stores for NaN
+    negative_zero_bits: int  # the bit pattern of -0.0 after the cast (0x80 where -0 exists)
+    negative_zero_kept: bool  # does -0.0 come back as -0.0?
+    inf_becomes: float  # what +inf becomes
+    past_max_becomes: float  # what a value 1/14 past the largest one becomes (480 for e4m3fn)
+    finfo_eps: float
+    cast_eps: float
+
+
+def encodings(dtype: torch.dtype) -> Encodings:
+    """The special codes of an fp8 (or any floating) dtype, read from this torch's cast: the bit
+    pattern of NaN and of -0.0, whether -0.0 survives, what +inf and a value just past the largest
+    one become, and ``torch.finfo``'s eps next to the eps the cast shows (:func:`cast_eps`).
+
+    For AMD's FNUZ formats the NaN is 0x80, the pattern that is -0 elsewhere, so -0.0 becomes
+    +0; they have no infinity."""
+    if not dtype.is_floating_point or dtype.itemsize != 1:
+        raise ValueError(f"encodings reads 8-bit floating-point dtypes (torch.float8_*), got {dtype}")
+    top = float(torch.finfo(dtype).max)
+    probe = torch.tensor([float("nan"), -0.0, float("inf"), top * 480 / 448])
+    cast = probe.to(dtype)
+    bits = cast.view(torch.uint8).tolist()
+    back = cast.float()
+    return {
+        "dtype": str(dtype).removeprefix("torch."),
+        "max": top,
+        "nan_bits": int(bits[0]),
+        "negative_zero_bits": int(bits[1]),
+        "negative_zero_kept": bool(torch.signbit(back[1]).item()),
+        "inf_becomes": float(back[2]),
+        "past_max_becomes": float(back[3]),
+        "finfo_eps": float(torch.finfo(dtype).eps),
+        "cast_eps": cast_eps(dtype),
+    }
 
 
 def rounding_error(x: torch.Tensor, dtype: torch.dtype) -> dict[str, float]:
