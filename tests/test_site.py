@@ -479,6 +479,69 @@ def test_maths_code_and_chinese_glyphs_render(site, served, chromium, site_shots
     page.close()
 
 
+# Every element of a code or output block (code cells, their highlighting spans, printed
+# output, inline code, output tables) whose own text holds a CJK character, tagged for the
+# DevTools protocol, with how many CJK characters that text holds. Folded cells are opened
+# first: a closed <details> draws nothing, so no font is used for it.
+JS_TAG_CJK_CODE = r"""(ranges) => {
+  document.querySelectorAll('.bd-article details').forEach((d) => { d.open = true; });
+  const cjk = (ch) => ranges.some(([lo, hi]) => ch.codePointAt(0) >= lo && ch.codePointAt(0) <= hi);
+  const found = [];
+  const blocks = '.bd-article :is(pre, code, div.cell_output table)';
+  for (const el of document.querySelectorAll(`${blocks}, ${blocks} *`)) {
+    const own = [...el.childNodes].filter((n) => n.nodeType === 3).map((n) => n.data).join('');
+    const count = [...own].filter(cjk).length;
+    if (count) {
+      el.setAttribute('data-cjk-check', String(found.length));
+      found.push({count, tag: el.tagName.toLowerCase(), text: own.trim().slice(0, 60),
+                  family: getComputedStyle(el).fontFamily});
+    }
+  }
+  return found;
+}"""
+
+# The characters the Chinese pages' code font covers (src/trainperf/site.py CJK_RANGES), as
+# code point pairs: CJK radicals to unified ideographs, compatibility ideographs, vertical and
+# compatibility forms, full-width forms.
+CJK_CODE_POINTS = [(0x2E80, 0x9FFF), (0xF900, 0xFAFF), (0xFE10, 0xFE1F), (0xFE30, 0xFE4F), (0xFF00, 0xFFEF)]
+
+
+def test_chinese_in_code_and_output_blocks_is_drawn_with_the_shipped_font(site, served, chromium):
+    """What Chromium draws each CJK character of a code or output block with: the DevTools
+    protocol's CSS.getPlatformFontsForNode names the font each glyph of a node's text was
+    drawn with. On a machine without a CJK system font (CI's), a character the page's fonts
+    lack is drawn by the first font as an empty box, and is reported under that font."""
+    from helpers.i18n import CJK_FONT_FAMILY
+    from trainperf.site import CJK_RANGES
+
+    ranges = [tuple(int(x, 16) for x in r.removeprefix("U+").split("-")) for r in CJK_RANGES]
+    assert ranges == CJK_CODE_POINTS, "the test's ranges and the site's are the same list"
+    checked = 0
+    for chapter in site["chapters"]:
+        page = chromium.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{served}/zh/{chapter}.html", wait_until="networkidle")
+        tagged = page.evaluate(JS_TAG_CJK_CODE, [list(r) for r in CJK_CODE_POINTS])
+        page.evaluate("() => document.fonts.ready")
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("DOM.enable")
+        cdp.send("CSS.enable")
+        root = cdp.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+        for index, element in enumerate(tagged):
+            node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": f'[data-cjk-check="{index}"]'})
+            fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node["nodeId"]})["fonts"]
+            ours = sum(
+                f["glyphCount"] for f in fonts if f["familyName"] == CJK_FONT_FAMILY and f["isCustomFont"]
+            )
+            assert ours >= element["count"], (
+                f"zh/{chapter}: <{element['tag']}> {element['text']!r} has {element['count']} CJK "
+                f"characters, {ours} drawn with {CJK_FONT_FAMILY}; fonts used: {fonts}; "
+                f"font-family: {element['family']}"
+            )
+            checked += element["tag"] in ("pre", "span")
+        page.close()
+    assert checked >= 5, f"only {checked} code or output elements with Chinese text were found"
+
+
 # Every code or output block of the page that is wider than its box (it would scroll sideways),
 # and how many blocks were measured; the page itself must not scroll sideways either.
 JS_WIDE_BLOCKS = """() => {

@@ -81,6 +81,21 @@ TEXT: dict[str, dict[str, Any]] = {  # words, and the other language: (code, nam
 }
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
+# The Chinese pages' code font: pydata-sphinx-theme's monospace fonts (none has CJK characters),
+# then the shipped CJK font limited to these ranges (CJK radicals to unified ideographs,
+# compatibility ideographs, vertical and CJK-compatibility forms, full-width forms), then the
+# generic family.
+MONO_FONTS = (
+    "ui-monospace",
+    '"Cascadia Code"',
+    '"Source Code Pro"',
+    "Menlo",
+    "Consolas",
+    '"DejaVu Sans Mono"',
+)
+CJK_MONO_FAMILY = "Trainperf CJK Mono Fallback"
+CJK_RANGES = ("U+2E80-9FFF", "U+F900-FAFF", "U+FE10-FE1F", "U+FE30-FE4F", "U+FF00-FFEF")
+
 
 def repository_url(root: Path) -> str:
     """``[project.urls] Source`` from pyproject.toml (read as text: Python 3.10 has no tomllib)."""
@@ -369,7 +384,14 @@ def prepare(
         font = Path(helpers.__file__).parent / "data" / "fonts" / CJK_FONT_FILE
         shutil.copy2(font, source / "_static" / CJK_FONT_FILE)
         with open(source / "_static" / "course.css", "a", encoding="utf-8") as css:
-            css.write(_CJK_CSS.format(file=CJK_FONT_FILE))
+            css.write(
+                _CJK_CSS.format(
+                    file=CJK_FONT_FILE,
+                    mono_family=CJK_MONO_FAMILY,
+                    ranges=", ".join(CJK_RANGES),
+                    mono_stack=", ".join([*MONO_FONTS, f'"{CJK_MONO_FAMILY}"', "monospace"]),
+                )
+            )
 
 
 _CJK_CSS = """
@@ -379,6 +401,16 @@ _CJK_CSS = """
 html[lang^="zh"] body {{ --pst-font-family-base: "Trainperf Sans SC", system-ui, sans-serif;
                         --pst-font-family-heading: "Trainperf Sans SC", system-ui, sans-serif;
                         font-family: "Trainperf Sans SC", system-ui, sans-serif; }}
+/* Code and output blocks: the same file, limited to CJK characters and full-width punctuation,
+   comes after the monospace fonts and before the generic `monospace`. Latin text keeps its
+   monospace font (this face has none of its characters); each Chinese character in a code
+   line, a printed table or an error message is drawn with this font, not as an empty box on
+   a machine without a CJK system font, nor in whatever CJK font the system maps `monospace` to. */
+@font-face {{ font-family: "{mono_family}"; src: url("{file}") format("opentype"); font-display: block;
+             unicode-range: {ranges}; }}
+html[lang^="zh"] {{ --pst-font-family-monospace: {mono_stack};
+                   --bs-font-monospace: {mono_stack}; }}
+html[lang^="zh"] :is(pre, code, kbd, samp) {{ font-family: var(--pst-font-family-monospace); }}
 """
 
 
