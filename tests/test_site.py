@@ -422,14 +422,94 @@ def test_every_page_loads_offline_with_no_error_and_its_links_resolve(site, serv
         ("en", "arithmetic intensity", "01_roofline.html"),
         ("zh", "算术强度", "01_roofline.html"),
         ("zh", "屋顶线", "01_roofline.html"),
+        ("zh", "数据手册", "01_roofline.html"),  # a glossary term jieba alone splits (数据 + 手册)
     ],
 )
 def test_search_finds_a_term_on_its_chapter_page(served, chromium, lang, query, expect):
+    """The term's chapter is found; each result's snippet is the chapter's text (not the theme's
+    buttons or the "on this page" list), and a glossary term is highlighted whole (jieba alone
+    splits 数据手册 in two: the index takes the glossary as jieba's user dictionary)."""
+    from trainperf.i18n import load_glossary
+    from trainperf.site import TEXT
+
     page, _ = _open(chromium, f"{served}/{lang}/search.html?q={urllib.parse.quote(query)}")
     page.wait_for_selector("#search-results li a", timeout=30_000)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#search-results li')].every((li) => li.querySelector('p'))",
+        timeout=30_000,
+    )
     found = page.eval_on_selector_all("#search-results li a", "els => els.map(e => e.getAttribute('href'))")
+    snippets = page.eval_on_selector_all("#search-results li p", "els => els.map(e => e.textContent)")
+    marked = page.eval_on_selector_all(
+        "#search-results li p .highlighted", "els => els.map(e => e.textContent)"
+    )
     page.close()
     assert expect in found, f"searching {query!r} found {found}"
+    menu = [*TEXT[lang]["theme"].values(), "System Settings", "Light", "Dark", "亮色", "暗色"]
+    for snippet in snippets:
+        assert not any(word in snippet for word in menu), (
+            f"a snippet holds the theme's menu: {snippet[:200]!r}"
+        )
+    if lang == "zh" and query in {t["zh"] for t in load_glossary(ROOT, "zh")}:
+        words = set(marked)
+        assert words and words <= {query.lower()}, f"searching {query!r} highlighted {sorted(words)}"
+
+
+def test_the_chinese_index_keeps_each_glossary_term_whole(tmp_path):
+    """The tokenisation the Chinese search index uses (Sphinx's jieba splitter with the user
+    dictionary `trainperf site` writes): every glossary term made of hanzi is one word."""
+    pytest.importorskip("jieba")
+    from sphinx.search.zh import SearchChinese
+
+    from trainperf.i18n import load_glossary
+    from trainperf.site import jieba_dictionary
+
+    terms = [t["zh"] for t in load_glossary(ROOT, "zh")]
+    hanzi = [t for t in terms if all("\u4e00" <= ch <= "\u9fff" for ch in t) and len(t) > 1]
+    assert "主权重" in hanzi and "roofline（Roofline 模型）" in terms
+    text = jieba_dictionary(ROOT)
+    assert sorted(text.splitlines()) == sorted(hanzi)
+    (tmp_path / "glossary.dict").write_text(text, encoding="utf-8")
+    splitter = SearchChinese({"dict": str(tmp_path / "glossary.dict")})
+    for term in hanzi:
+        assert term in splitter.split(f"fp32 {term}的字节"), (term, splitter.split(f"fp32 {term}的字节"))
+
+
+# Every word of English the theme shows outside the chapter's own text (the article, the
+# chapters' titles in the navigation, the "on this page" list, the print-only title): text,
+# tooltips, labels.
+JS_CHROME_ENGLISH = r"""() => {
+  const words = new Set();
+  const content = ['.bd-article', '.bd-docs-nav', '.section-nav', '.prev-next-area', '.onlyprint',
+                   'template', 'noscript', 'script', 'style', 'kbd'].join(', ');
+  for (const el of document.querySelectorAll('body *')) {
+    if (el.closest(content)) continue;
+    const own = [...el.childNodes].filter((n) => n.nodeType === 3).map((n) => n.data).join(' ');
+    const said = [own, ...['title', 'aria-label', 'placeholder', 'data-bs-original-title']
+      .map((a) => el.getAttribute(a) || '')];
+    for (const text of said) for (const w of text.match(/[A-Za-z]{3,}/g) || []) words.add(w);
+  }
+  return [...words].sort();
+}"""
+
+
+def test_the_chinese_pages_chrome_is_in_chinese(site, served, chromium):
+    """The theme switcher, the sidebar buttons, the search field and the footer of a Chinese
+    page say nothing in English; the footer names the authors in Chinese."""
+    from trainperf.site import TEXT
+
+    for name in ("index", site["chapters"][0], "search"):
+        page, events = _open(chromium, f"{served}/zh/{name}.html")
+        english = page.evaluate(JS_CHROME_ENGLISH)
+        menu = page.eval_on_selector_all(
+            ".theme-switch-container .dropdown-item", "els => els.map(e => e.innerText)"
+        )
+        footer = page.eval_on_selector(".bd-footer-content", "e => e.innerText") if name == "index" else ""
+        page.close()
+        assert not english, f"zh/{name}.html: English in the site's chrome: {english}"
+        assert [m.strip() for m in menu] == [TEXT["zh"]["theme"]["System Settings"], "亮色", "暗色"], menu
+        assert name != "index" or TEXT["zh"]["author"] in footer, footer
+        assert not events["errors"], events["errors"]
 
 
 @pytest.fixture(scope="module")
