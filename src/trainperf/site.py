@@ -113,6 +113,25 @@ CJK_MONO_FAMILY = "Trainperf CJK Mono Fallback"
 CJK_RANGES = ("U+2E80-9FFF", "U+F900-FAFF", "U+FE10-FE1F", "U+FE30-FE4F", "U+FF00-FFEF")
 
 
+def shown_strings(lang: str) -> dict[str, str]:
+    """Every string the site shows a reader in ``lang`` (its page texts and the theme's words it
+    translates), named by where it is in ``TEXT``: what the glossary check scans."""
+    found: dict[str, str] = {}
+
+    def walk(name: str, value: Any) -> None:
+        if isinstance(value, str):
+            found[name] = value
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{name}[{key!r}]", item)
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                walk(f"{name}[{index}]", item)
+
+    walk(f"TEXT[{lang!r}]", TEXT.get(lang, {}))
+    return found
+
+
 def repository_url(root: Path) -> str:
     """``[project.urls] Source`` from pyproject.toml (read as text: Python 3.10 has no tomllib)."""
     text = (root / "pyproject.toml").read_text(encoding="utf-8")
