@@ -302,7 +302,7 @@ def test_in_a_chinese_notebook_a_failed_check_shows_the_cell_and_the_message_in_
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_an_answer_of_the_wrong_type_is_told_both_types(lang):
+def test_an_answer_of_the_wrong_type_is_told_both_types(lang, monkeypatch):
     """A string where a number is asked, a list where a dict is asked, a number where text is
     asked: the message names the answer's type and the one expected, in the notebook's language."""
     from helpers import i18n
@@ -332,24 +332,21 @@ def test_an_answer_of_the_wrong_type_is_told_both_types(lang):
         (lambda: checks.hidden.equal([1, 2], "ledger", expect=lambda: {"a": 1}), "list", "dict"),
         (lambda: checks.hidden.close("7", "bytes", expect=lambda: [1.0, 2.0]), "str", "list or tuple"),
     ]
-    i18n.set_language(lang)
-    try:
-        for fail, got, expected in cases:
-            with pytest.raises(checks.CheckFailed) as info:
-                fail()
-            assert note.format(words[got], words[expected]) in str(info.value), str(info.value)
-        for fail in (  # the same type, or None (its own sentence): no type sentence
-            lambda: checks.equal(4, 5, "count"),
-            lambda: checks.close(np.float32(0.4), 0.5, "ratio"),
-            lambda: checks.equal("bf16", "fp16", "format"),
-            lambda: checks.hidden.equal((1, 2), "pair", expect=lambda: [1, 3]),
-            lambda: checks.equal(None, 5, "count"),
-        ):
-            with pytest.raises(checks.CheckFailed) as info:
-                fail()
-            assert note.split("{}")[0].strip() not in str(info.value), str(info.value)
-    finally:
-        i18n.set_language("en")
+    monkeypatch.setattr(i18n, "_chosen", [lang])  # the language only: set_language would load fonts
+    for fail, got, expected in cases:
+        with pytest.raises(checks.CheckFailed) as info:
+            fail()
+        assert note.format(words[got], words[expected]) in str(info.value), str(info.value)
+    for fail in (  # the same type, or None (its own sentence): no type sentence
+        lambda: checks.equal(4, 5, "count"),
+        lambda: checks.close(np.float32(0.4), 0.5, "ratio"),
+        lambda: checks.equal("bf16", "fp16", "format"),
+        lambda: checks.hidden.equal((1, 2), "pair", expect=lambda: [1, 3]),
+        lambda: checks.equal(None, 5, "count"),
+    ):
+        with pytest.raises(checks.CheckFailed) as info:
+            fail()
+        assert note.split("{}")[0].strip() not in str(info.value), str(info.value)
 
 
 def test_of_type_checks_the_type_keys_and_length_and_names_what_the_answer_has(capsys):
