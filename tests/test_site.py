@@ -5,10 +5,12 @@ Chapters 1 and 4 (chapter 4 has the timeline plot) run in both languages as the 
 MPLBACKEND=Agg would leave the pages without a picture), then `trainperf site`. The pages are
 checked as files (nothing hidden or solved leaks, every page says where its outputs come from,
 exercises are "your turn" boxes) and in the system's Chromium (no console error, no request
-leaving localhost, links resolve, search finds a term in each language, maths and code render,
-the Chinese text has every glyph in the served font; at a 1280 px window no code or output block
-scrolls sideways, the set-up cell is folded and the timeline and pipeline plots' labels are shown at 10 pt
-or more).
+leaving localhost, links resolve, search finds a term in each language with snippets from the
+chapter's text and a glossary term highlighted whole, maths and code render, the Chinese text has
+every glyph in the served font and Chromium draws each Chinese character of the code and output
+blocks with it, the Chinese pages' theme menu, buttons and footer are in Chinese; at a 1280 px
+window no code or output block scrolls sideways, the set-up cell is folded and the timeline and
+pipeline plots' labels are shown at 10 pt or more).
 
 ``TRAINPERF_SITE_DIR=build/site TRAINPERF_SITE_EXECUTED=build/executed pytest tests/test_site.py
 -n0`` runs the same checks on a site built beforehand (e.g. every chapter, as the README's
@@ -459,6 +461,7 @@ def test_the_chinese_index_keeps_each_glossary_term_whole(tmp_path):
     """The tokenisation the Chinese search index uses (Sphinx's jieba splitter with the user
     dictionary `trainperf site` writes): every glossary term made of hanzi is one word."""
     pytest.importorskip("jieba")
+    pytest.importorskip("sphinx")
     from sphinx.search.zh import SearchChinese
 
     from trainperf.i18n import load_glossary
