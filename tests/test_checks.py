@@ -1,5 +1,6 @@
 import re
 
+import numpy as np
 import pytest
 
 from helpers import _records, checks, roofline
@@ -262,10 +263,147 @@ def test_a_failed_check_in_a_notebook_shows_the_learners_frames_and_the_message_
         assert "helpers/checks.py" not in shown and "_fail" not in shown and "hidden frame" not in shown, (
             shown
         )
+        assert "Traceback (most recent call last)" not in shown and f"Cell In[{cell + 1}], line " in shown
     assert "Hint: add one" in _error(outputs[1])[2]
     assert "checks.close(x, 1.0, 'x in my own check')" in _error(outputs[3])[2]  # the learner's function
     ename, _, shown = _error(outputs[4])  # any other error keeps its whole traceback
     assert ename == "ZeroDivisionError" and "1 / answer()" in shown
+
+
+def test_in_a_chinese_notebook_a_failed_check_shows_the_cell_and_the_message_in_chinese():
+    """Issue 43: an English traceback printed above every Chinese check message. The cell's
+    place is said in Chinese, the course's frames and IPython's English header are left out."""
+    from helpers.i18n import tr_in
+
+    outputs = _run_cells(
+        [
+            "from helpers import checks, i18n\ni18n.set_language('zh')\n"
+            "def verify(x):\n    checks.equal(x, 5, 'the count')\n",
+            "verify('five')",
+        ]
+    )
+    ename, evalue, shown = _error(outputs[1])
+    lines = shown.splitlines()
+    assert ename == "CheckFailed" and "Traceback" not in shown and "helpers/checks.py" not in shown, shown
+    # the cell that called the learner's function, then the function's own cell, each with its line
+    assert [ln for ln in lines if ln.startswith("单元格 In[")] == [
+        "单元格 In[2]，第 1 行",
+        "单元格 In[1]，第 4 行",
+    ]
+    assert "----> 1 verify('five')" in lines and "----> 4 checks.equal(x, 5, 'the count')" in lines
+    assert lines[-1] == f"CheckFailed: {evalue}" and "期望 5，实际得到 'five'" in evalue, evalue
+    note = tr_in("zh", " Your answer is {got}, where {expected} is expected.", got="`str`", expected="x")
+    assert note.startswith("你的答案是") and evalue.endswith(
+        "你的答案是 `str`，而这里需要的是数值（`int` 或 `float`）。"
+    )
+
+
+# ------------------------------------------------ an answer of the wrong type (issue 43)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_an_answer_of_the_wrong_type_is_told_both_types(lang, monkeypatch):
+    """A string where a number is asked, a list where a dict is asked, a number where text is
+    asked: the message names the answer's type and the one expected, in the notebook's language."""
+    from helpers import i18n
+
+    words = {  # the answer's type and the expected type as each language says them
+        "en": {
+            "str": "a `str`",
+            "number": "a number (`int` or `float`)",
+            "list": "a `list`",
+            "dict": "a `dict`",
+            "list or tuple": "a `list` or `tuple`",
+        },
+        "zh": {
+            "str": " `str`",
+            "number": "数值（`int` 或 `float`）",
+            "list": " `list`",
+            "dict": " `dict`",
+            "list or tuple": " `list` 或 `tuple`",
+        },
+    }[lang]
+    note = {"en": "Your answer is {}, where {} is expected.", "zh": "你的答案是{}，而这里需要的是{}。"}[lang]
+    cases = [
+        (lambda: checks.equal("normal", 5, "labels"), "str", "number"),
+        (lambda: checks.close("half", 0.5, "ratio"), "str", "number"),
+        (lambda: checks.close([1.0], 1.0, "ratio"), "list", "number"),
+        (lambda: checks.equal(3, "fp16", "format"), "number", "str"),
+        (lambda: checks.hidden.equal([1, 2], "ledger", expect=lambda: {"a": 1}), "list", "dict"),
+        (lambda: checks.hidden.close("7", "bytes", expect=lambda: [1.0, 2.0]), "str", "list or tuple"),
+    ]
+    monkeypatch.setattr(i18n, "_chosen", [lang])  # the language only: set_language would load fonts
+    for fail, got, expected in cases:
+        with pytest.raises(checks.CheckFailed) as info:
+            fail()
+        assert note.format(words[got], words[expected]) in str(info.value), str(info.value)
+    for fail in (  # the same type, or None (its own sentence): no type sentence
+        lambda: checks.equal(4, 5, "count"),
+        lambda: checks.close(np.float32(0.4), 0.5, "ratio"),
+        lambda: checks.equal("bf16", "fp16", "format"),
+        lambda: checks.hidden.equal((1, 2), "pair", expect=lambda: [1, 3]),
+        lambda: checks.equal(None, 5, "count"),
+    ):
+        with pytest.raises(checks.CheckFailed) as info:
+            fail()
+        assert note.split("{}")[0].strip() not in str(info.value), str(info.value)
+
+
+def test_of_type_checks_the_type_keys_and_length_and_names_what_the_answer_has(capsys):
+    checks.of_type({"a": 1, "b": 2}, dict, "a dict", keys=["a", "b"], only=True)
+    checks.of_type({"a": 1, "b": 2, "c": 3}, dict, "a dict holding a and b", keys=["b", "a"], quiet=True)
+    checks.of_type((1, 2), (tuple, list), "a pair", length=2, quiet=True)
+    checks.of_type(3, int, "a count", quiet=True)
+    assert capsys.readouterr().out == "✓ a dict\n"
+    cases = [
+        (lambda: checks.of_type([1, 2], dict, "ledger"), "expected a `dict`, got a `list`: [1, 2]."),
+        (lambda: checks.of_type(True, int, "count"), "expected a `int`, got a `bool`: True."),
+        (
+            lambda: checks.of_type("ab", (tuple, list), "pair"),
+            "expected a `tuple` or a `list`, got a `str`: 'ab'.",
+        ),
+        (
+            lambda: checks.of_type({"a": 1}, dict, "d", keys=["a", "b"]),
+            "expected the keys 'a', 'b', got the keys 'a'.",
+        ),
+        (lambda: checks.of_type({}, dict, "d", keys=["a"]), "expected the keys 'a', got the keys —."),
+        (
+            lambda: checks.of_type({"a": 1, "z": 0}, dict, "d", keys=["a"], only=True),
+            "expected the keys 'a', got the keys 'a', 'z'.",
+        ),
+        (lambda: checks.of_type([1, 2, 3], list, "pair", length=2), "expected 2 items, got 3 items."),
+    ]
+    for fail, message in cases:
+        with pytest.raises(checks.CheckFailed) as info:
+            fail()
+        assert message in str(info.value), str(info.value)
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.of_type(list(range(100)), dict, "ledger")
+    shown = str(info.value).split("got ", 1)[1]
+    assert len(shown) <= checks.GOT_CHARS + 1 and "…" in shown  # a long answer is cut, as the grader shows it
+
+
+def test_a_one_option_check_says_the_option_not_one_of():
+    for fail in (
+        lambda: checks.one_of("fp8", ["bf16"], "format"),
+        lambda: checks.hidden.one_of("fp8", "format", expect=lambda: ["bf16"]),
+    ):
+        with pytest.raises(checks.CheckFailed) as info:
+            fail()
+        assert "expected 'bf16', got 'fp8'." in str(info.value), str(info.value)
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.one_of("fp8", ["bf16", "fp16"], "format")
+    assert "expected one of 'bf16', 'fp16', got 'fp8'." in str(info.value)
+
+
+def test_the_graders_feedback_says_the_new_kinds_in_the_submissions_language():
+    """The grader writes a visible check's feedback from the reference run's ``shown``
+    (helpers.checks.expected_text): of_type's type, keys and length, in both languages."""
+    assert checks.expected_text({"kind": "type", "expected": "tuple, list"}, "en") == "a `tuple` or a `list`"
+    assert checks.expected_text({"kind": "type", "expected": "tuple, list"}, "zh") == "`tuple` 或 `list`"
+    assert checks.expected_text({"kind": "keys", "expected": "'a', 'b'"}, "zh") == "键 'a', 'b'"
+    assert checks.expected_text({"kind": "length", "expected": "2"}, "en") == "2 items"
+    assert checks.expected_text({"kind": "length", "expected": "2"}, "zh") == "2 个元素"
 
 
 def test_outside_ipython_a_failed_check_keeps_its_full_traceback():

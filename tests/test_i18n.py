@@ -352,6 +352,38 @@ def test_the_glossary_fixes_each_term_and_nothing_uses_a_rejected_variant():
     assert course_i18n.glossary_hits(terms, "zh", "相差两个数量级；芯片的运算单元") == []
 
 
+def test_the_glossary_check_scans_the_readme_the_site_and_the_check_messages(monkeypatch, tmp_path):
+    """Issue 43: the site's index said 训练 step, which the glossary rejects, because the check
+    read only the catalogues. `trainperf build --check` now also reads README.zh.md, every
+    string of the website (src/trainperf/site.py) and the helpers' messages."""
+    from trainperf import build, site
+    from trainperf import i18n as course_i18n
+
+    texts = course_i18n.learner_texts(ROOT, "zh")
+    assert texts["README.zh.md"] == (ROOT / "README.zh.md").read_text(encoding="utf-8")
+    shown = {k.removeprefix("src/trainperf/site.py "): v for k, v in texts.items() if "site.py" in k}
+    assert shown["TEXT['zh']['intro']"] == site.TEXT["zh"]["intro"]
+    assert shown["TEXT['zh']['theme']['System Settings']"] == site.TEXT["zh"]["theme"]["System Settings"]
+    assert not any("TEXT['en']" in k for k in texts)
+
+    monkeypatch.setitem(site.TEXT["zh"], "intro", "一个训练 step 的时间")
+    monkeypatch.setitem(site.TEXT["zh"], "theme", {"Main": "主副本"})
+    problems, _ = build.catalogue_state(ROOT, "zh", check=True)
+    intro = "src/trainperf/site.py TEXT['zh']['intro']"
+    assert f"{intro}: uses '训练 step' (the glossary says 训练步 for training step)" in problems, problems
+    assert any(
+        p.startswith("src/trainperf/site.py TEXT['zh']['theme']['Main']: uses '主副本'") for p in problems
+    )
+    assert not [p for p in problems if "site.py" not in p], problems  # the rest of the course follows it
+
+    (tmp_path / "README.zh.md").write_text("峰值来自规格书", encoding="utf-8")
+    texts = course_i18n.learner_texts(tmp_path, "zh")
+    terms = course_i18n.load_glossary(ROOT, "zh")
+    assert course_i18n.glossary_hits(terms, "zh", texts["README.zh.md"]) == [
+        "uses '规格书' (the glossary says 数据手册 for datasheet)"
+    ]
+
+
 def test_a_rejected_variant_is_named_by_build_check(tmp_path):
     from trainperf import i18n as course_i18n
 

@@ -5,10 +5,12 @@ Chapters 1 and 4 (chapter 4 has the timeline plot) run in both languages as the 
 MPLBACKEND=Agg would leave the pages without a picture), then `trainperf site`. The pages are
 checked as files (nothing hidden or solved leaks, every page says where its outputs come from,
 exercises are "your turn" boxes) and in the system's Chromium (no console error, no request
-leaving localhost, links resolve, search finds a term in each language, maths and code render,
-the Chinese text has every glyph in the served font; at a 1280 px window no code or output block
-scrolls sideways, the set-up cell is folded and the timeline and pipeline plots' labels are shown at 10 pt
-or more).
+leaving localhost, links resolve, search finds a term in each language with snippets from the
+chapter's text and a glossary term highlighted whole, maths and code render, the Chinese text has
+every glyph in the served font and Chromium draws each Chinese character of the code and output
+blocks with it, the Chinese pages' theme menu, buttons and footer are in Chinese; at a 1280 px
+window no code or output block scrolls sideways, the set-up cell is folded and the timeline and
+pipeline plots' labels are shown at 10 pt or more).
 
 ``TRAINPERF_SITE_DIR=build/site TRAINPERF_SITE_EXECUTED=build/executed pytest tests/test_site.py
 -n0`` runs the same checks on a site built beforehand (e.g. every chapter, as the README's
@@ -422,14 +424,95 @@ def test_every_page_loads_offline_with_no_error_and_its_links_resolve(site, serv
         ("en", "arithmetic intensity", "01_roofline.html"),
         ("zh", "算术强度", "01_roofline.html"),
         ("zh", "屋顶线", "01_roofline.html"),
+        ("zh", "数据手册", "01_roofline.html"),  # a glossary term jieba alone splits (数据 + 手册)
     ],
 )
 def test_search_finds_a_term_on_its_chapter_page(served, chromium, lang, query, expect):
+    """The term's chapter is found; each result's snippet is the chapter's text (not the theme's
+    buttons or the "on this page" list), and a glossary term is highlighted whole (jieba alone
+    splits 数据手册 in two: the index takes the glossary as jieba's user dictionary)."""
+    from trainperf.i18n import load_glossary
+    from trainperf.site import TEXT
+
     page, _ = _open(chromium, f"{served}/{lang}/search.html?q={urllib.parse.quote(query)}")
     page.wait_for_selector("#search-results li a", timeout=30_000)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#search-results li')].every((li) => li.querySelector('p'))",
+        timeout=30_000,
+    )
     found = page.eval_on_selector_all("#search-results li a", "els => els.map(e => e.getAttribute('href'))")
+    snippets = page.eval_on_selector_all("#search-results li p", "els => els.map(e => e.textContent)")
+    marked = page.eval_on_selector_all(
+        "#search-results li p .highlighted", "els => els.map(e => e.textContent)"
+    )
     page.close()
     assert expect in found, f"searching {query!r} found {found}"
+    menu = [*TEXT[lang]["theme"].values(), "System Settings", "Light", "Dark", "亮色", "暗色"]
+    for snippet in snippets:
+        assert not any(word in snippet for word in menu), (
+            f"a snippet holds the theme's menu: {snippet[:200]!r}"
+        )
+    if lang == "zh" and query in {t["zh"] for t in load_glossary(ROOT, "zh")}:
+        words = set(marked)
+        assert words and words <= {query.lower()}, f"searching {query!r} highlighted {sorted(words)}"
+
+
+def test_the_chinese_index_keeps_each_glossary_term_whole(tmp_path):
+    """The tokenisation the Chinese search index uses (Sphinx's jieba splitter with the user
+    dictionary `trainperf site` writes): every glossary term made of hanzi is one word."""
+    pytest.importorskip("jieba")
+    pytest.importorskip("sphinx")
+    from sphinx.search.zh import SearchChinese
+
+    from trainperf.i18n import load_glossary
+    from trainperf.site import jieba_dictionary
+
+    terms = [t["zh"] for t in load_glossary(ROOT, "zh")]
+    hanzi = [t for t in terms if all("\u4e00" <= ch <= "\u9fff" for ch in t) and len(t) > 1]
+    assert "主权重" in hanzi and "roofline（Roofline 模型）" in terms
+    text = jieba_dictionary(ROOT)
+    assert sorted(text.splitlines()) == sorted(hanzi)
+    (tmp_path / "glossary.dict").write_text(text, encoding="utf-8")
+    splitter = SearchChinese({"dict": str(tmp_path / "glossary.dict")})
+    for term in hanzi:
+        assert term in splitter.split(f"fp32 {term}的字节"), (term, splitter.split(f"fp32 {term}的字节"))
+
+
+# Every word of English the theme shows outside the chapter's own text (the article, the
+# chapters' titles in the navigation, the "on this page" list, the print-only title): text,
+# tooltips, labels.
+JS_CHROME_ENGLISH = r"""() => {
+  const words = new Set();
+  const content = ['.bd-article', '.bd-docs-nav', '.section-nav', '.prev-next-area', '.onlyprint',
+                   'template', 'noscript', 'script', 'style', 'kbd'].join(', ');
+  for (const el of document.querySelectorAll('body *')) {
+    if (el.closest(content)) continue;
+    const own = [...el.childNodes].filter((n) => n.nodeType === 3).map((n) => n.data).join(' ');
+    const said = [own, ...['title', 'aria-label', 'placeholder', 'data-bs-original-title']
+      .map((a) => el.getAttribute(a) || '')];
+    for (const text of said) for (const w of text.match(/[A-Za-z]{3,}/g) || []) words.add(w);
+  }
+  return [...words].sort();
+}"""
+
+
+def test_the_chinese_pages_chrome_is_in_chinese(site, served, chromium):
+    """The theme switcher, the sidebar buttons, the search field and the footer of a Chinese
+    page say nothing in English; the footer names the authors in Chinese."""
+    from trainperf.site import TEXT
+
+    for name in ("index", site["chapters"][0], "search"):
+        page, events = _open(chromium, f"{served}/zh/{name}.html")
+        english = page.evaluate(JS_CHROME_ENGLISH)
+        menu = page.eval_on_selector_all(
+            ".theme-switch-container .dropdown-item", "els => els.map(e => e.innerText)"
+        )
+        footer = page.eval_on_selector(".bd-footer-content", "e => e.innerText") if name == "index" else ""
+        page.close()
+        assert not english, f"zh/{name}.html: English in the site's chrome: {english}"
+        assert [m.strip() for m in menu] == [TEXT["zh"]["theme"]["System Settings"], "亮色", "暗色"], menu
+        assert name != "index" or TEXT["zh"]["author"] in footer, footer
+        assert not events["errors"], events["errors"]
 
 
 @pytest.fixture(scope="module")
@@ -477,6 +560,69 @@ def test_maths_code_and_chinese_glyphs_render(site, served, chromium, site_shots
     page.screenshot(path=str(site_shots / f"{lang}_01_roofline.png"))
     assert not events["errors"], events["errors"]
     page.close()
+
+
+# Every element of a code or output block (code cells, their highlighting spans, printed
+# output, inline code, output tables) whose own text holds a CJK character, tagged for the
+# DevTools protocol, with how many CJK characters that text holds. Folded cells are opened
+# first: a closed <details> draws nothing, so no font is used for it.
+JS_TAG_CJK_CODE = r"""(ranges) => {
+  document.querySelectorAll('.bd-article details').forEach((d) => { d.open = true; });
+  const cjk = (ch) => ranges.some(([lo, hi]) => ch.codePointAt(0) >= lo && ch.codePointAt(0) <= hi);
+  const found = [];
+  const blocks = '.bd-article :is(pre, code, div.cell_output table)';
+  for (const el of document.querySelectorAll(`${blocks}, ${blocks} *`)) {
+    const own = [...el.childNodes].filter((n) => n.nodeType === 3).map((n) => n.data).join('');
+    const count = [...own].filter(cjk).length;
+    if (count) {
+      el.setAttribute('data-cjk-check', String(found.length));
+      found.push({count, tag: el.tagName.toLowerCase(), text: own.trim().slice(0, 60),
+                  family: getComputedStyle(el).fontFamily});
+    }
+  }
+  return found;
+}"""
+
+# The characters the Chinese pages' code font covers (src/trainperf/site.py CJK_RANGES), as
+# code point pairs: CJK radicals to unified ideographs, compatibility ideographs, vertical and
+# compatibility forms, full-width forms.
+CJK_CODE_POINTS = [(0x2E80, 0x9FFF), (0xF900, 0xFAFF), (0xFE10, 0xFE1F), (0xFE30, 0xFE4F), (0xFF00, 0xFFEF)]
+
+
+def test_chinese_in_code_and_output_blocks_is_drawn_with_the_shipped_font(site, served, chromium):
+    """What Chromium draws each CJK character of a code or output block with: the DevTools
+    protocol's CSS.getPlatformFontsForNode names the font each glyph of a node's text was
+    drawn with. On a machine without a CJK system font (CI's), a character the page's fonts
+    lack is drawn by the first font as an empty box, and is reported under that font."""
+    from helpers.i18n import CJK_FONT_FAMILY
+    from trainperf.site import CJK_RANGES
+
+    ranges = [tuple(int(x, 16) for x in r.removeprefix("U+").split("-")) for r in CJK_RANGES]
+    assert ranges == CJK_CODE_POINTS, "the test's ranges and the site's are the same list"
+    checked = 0
+    for chapter in site["chapters"]:
+        page = chromium.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{served}/zh/{chapter}.html", wait_until="networkidle")
+        tagged = page.evaluate(JS_TAG_CJK_CODE, [list(r) for r in CJK_CODE_POINTS])
+        page.evaluate("() => document.fonts.ready")
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("DOM.enable")
+        cdp.send("CSS.enable")
+        root = cdp.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+        for index, element in enumerate(tagged):
+            node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": f'[data-cjk-check="{index}"]'})
+            fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node["nodeId"]})["fonts"]
+            ours = sum(
+                f["glyphCount"] for f in fonts if f["familyName"] == CJK_FONT_FAMILY and f["isCustomFont"]
+            )
+            assert ours >= element["count"], (
+                f"zh/{chapter}: <{element['tag']}> {element['text']!r} has {element['count']} CJK "
+                f"characters, {ours} drawn with {CJK_FONT_FAMILY}; fonts used: {fonts}; "
+                f"font-family: {element['family']}"
+            )
+            checked += element["tag"] in ("pre", "span")
+        page.close()
+    assert checked >= 5, f"only {checked} code or output elements with Chinese text were found"
 
 
 # Every code or output block of the page that is wider than its box (it would scroll sideways),

@@ -1,6 +1,7 @@
 """Friendly checks for exercise cells.
 
-**Visible checks** (:func:`close`, :func:`equal`, :func:`one_of`, :func:`at_most`) compare on the
+**Visible checks** (:func:`close`, :func:`equal`, :func:`one_of`, :func:`at_most`, and
+:func:`of_type` for the type, keys or length of an answer before its values) compare on the
 spot: each prints one line starting with a tick when the answer is right, and raises
 :class:`CheckFailed` (an ``AssertionError``, so nbgrader scores the cell 0) with one or two
 lines saying what was expected, what was got, and a hint when it is wrong.
@@ -69,17 +70,37 @@ class CheckFailed(AssertionError):
 
     def _render_traceback_(self) -> list[str]:
         """The lines IPython shows for this error (IPython's hook for an exception that shows
-        itself): its usual traceback, in the user's traceback mode, of the learner's frames."""
+        itself): each notebook cell the check was called from, with its line, then the
+        message, all in the notebook's language. The course's frames, IPython's and any other
+        file's are left out, and so are IPython's English header lines."""
+        shown = [f"{type(self).__name__}: {self}"]
         try:
             from IPython import get_ipython
 
             shell = get_ipython()
-            tb = _learner_frames(self.__traceback__)
-            if shell is not None and tb is not None:
-                return list(shell.InteractiveTB.structured_traceback(type(self), self, tb))
+            if shell is None:
+                return shown
+            cells = _cell_frames(_learner_frames(self.__traceback__), shell)
         except Exception:  # noqa: BLE001 — never lose the message over how it is shown
-            pass
-        return [f"{type(self).__name__}: {self}"]
+            return shown
+        return [*cells, "", *shown] if cells else shown
+
+
+def _cell_frames(tb: types.TracebackType | None, shell: Any) -> list[str]:
+    """For each frame of ``tb`` in a notebook cell: "Cell In[n], line k" and the line's code."""
+    import linecache
+
+    counts = getattr(getattr(shell, "compile", None), "_filename_map", {})  # file -> In[n]
+    lines = []
+    while tb is not None:
+        filename, number = tb.tb_frame.f_code.co_filename, tb.tb_lineno
+        if filename in counts:
+            lines.append(tr("Cell In[{count}], line {line}", count=counts[filename], line=number))
+            code = linecache.getline(filename, number).rstrip()
+            if code:
+                lines.append(f"----> {number} {code.strip()}")
+        tb = tb.tb_next
+    return lines
 
 
 def _fmt(value: Any) -> str:
@@ -94,6 +115,50 @@ def _fmt(value: Any) -> str:
             return f"{value:.6g}"
         return f"{value:.4e}"
     return repr(value)
+
+
+def _family(value: Any) -> str:
+    """What kind of answer ``value`` is, as a check compares it: ``"number"`` (an int or a
+    float, NumPy's included, never a bool), ``"list"`` (a list or a tuple: the checks take
+    either), else its type's name."""
+    import numbers
+
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return "number"
+    if not isinstance(value, (str, bytes, bool, list, tuple, dict)) and hasattr(value, "__float__"):
+        try:  # a one-element tensor or array: a close check takes it as its number
+            float(value)
+            return "number"
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    if isinstance(value, (list, tuple)):
+        return "list"
+    if isinstance(value, str):  # NumPy's str_ too
+        return "str"
+    return type(value).__name__
+
+
+def _kind_words(family: str, lang: str | None = None) -> str:
+    """A kind of answer in words, in the notebook's language (``lang`` for the grader)."""
+    lang = lang or language()
+    if family == "number":
+        return tr_in(lang, "a number (`int` or `float`)")
+    if family == "list":
+        return tr_in(lang, "a `list` or `tuple`")
+    return tr_in(lang, "a `{name}`", name=family)
+
+
+def _type_note(expected: Any, got: Any) -> str:
+    """A sentence naming the answer's type and the type the check expects, when they differ
+    (a string where a number is asked, a list where a dict is); empty when they agree."""
+    want, have = _family(expected), _family(got)
+    if want == have or got is None or expected is None:
+        return ""
+    # the answer by its own type (a `list`, a `tuple`), a number as a number
+    got_words = _kind_words(have) if have == "number" else tr("a `{name}`", name=type(got).__name__)
+    return tr(
+        " Your answer is {got}, where {expected} is expected.", got=got_words, expected=_kind_words(want)
+    )
 
 
 def _real(value: Any) -> bool:
@@ -124,6 +189,13 @@ def expected_text(shown: dict[str, Any], lang: str | None = None) -> str:
     kind, expected = shown.get("kind"), str(shown.get("expected", ""))
     if kind == "one_of":
         return tr_in(lang, "one of {options}", options=expected)
+    if kind == "type":  # of_type: the type names, ", " between
+        names = (tr_in(lang, "a `{name}`", name=name).strip() for name in expected.split(", "))
+        return tr_in(lang, " or ").join(names)
+    if kind == "keys":
+        return tr_in(lang, "the keys {keys}", keys=expected)
+    if kind == "length":
+        return tr_in(lang, "{count} items", count=expected)
     if kind == "at_most":
         return tr_in(lang, "at most {limit}", limit=expected)
     rtol = float(shown.get("rtol") or 0.0)
@@ -164,11 +236,14 @@ def _fail(
     visible: bool = True,
     expected_value: Any = None,
     none_allowed: bool = False,
+    got_text: str | None = None,
 ) -> None:
     """Raise the learner's message; label and hint are shown in the notebook's language.
-    With ``expected_value``, a number, expected and got are printed in one format.
-    ``none_allowed``: None is a right answer somewhere in this check (the expected value, or
-    one of the options), so a None answer is not a forgotten ``return``."""
+    With ``expected_value``, a number, expected and got are printed in one format, and an
+    answer of another type gets a sentence naming both types. ``none_allowed``: None is a
+    right answer somewhere in this check (the expected value, or one of the options), so a
+    None answer is not a forgotten ``return``. ``got_text``: the answer as the message shows
+    it, when not its value (the type, the keys or the length of_type found)."""
     __tracebackhide__ = True  # IPython and pytest hide this frame
     if visible:
         _visible_event(what, False, shown, hint, got, none_allowed)
@@ -186,10 +261,12 @@ def _fail(
         "✗ {what}: expected {expected}, got {got}.",
         what=text(what),
         expected=expected,
-        got=pair[1] if pair is not None else _fmt(got),
+        got=got_text if got_text is not None else pair[1] if pair is not None else _fmt(got),
     )
     if got is None and not none_allowed:
         message += tr(" Did your function `return` its result?")
+    elif shown.get("kind") in ("close", "equal", "number", "at_most"):
+        message += _type_note(expected_value, got)
     if hint:
         message += tr("\n  Hint: {hint}", hint=text(hint))
     raise CheckFailed(message)
@@ -220,11 +297,11 @@ def close(
     __tracebackhide__ = True
     shown = {"kind": "close", "expected": _fmt(expected), "rtol": rtol}
     if isinstance(got, bool):  # True is not 1.0, as in hidden checks (helpers._records.compare)
-        _fail(what, {**shown, "kind": "number"}, got, hint)
+        _fail(what, {**shown, "kind": "number"}, got, hint, expected_value=expected)
     try:
         value = float(got)
     except (TypeError, ValueError):
-        _fail(what, {**shown, "kind": "number"}, got, hint)
+        _fail(what, {**shown, "kind": "number"}, got, hint, expected_value=expected)
     if math.isnan(value) or not math.isclose(value, expected, rel_tol=rtol, abs_tol=atol):
         _fail(what, shown, got, hint, expected_value=expected)
     _ok(what, quiet, shown, hint)
@@ -248,10 +325,73 @@ def one_of(got: Any, allowed: Iterable[Any], what: str, *, hint: str = "") -> No
     """Check that an answer is one of the allowed labels (a shape check before grading it)."""
     __tracebackhide__ = True
     options = list(allowed)
-    shown = {"kind": "one_of", "expected": ", ".join(_fmt(o) for o in options)}
+    shown = _options_shown(options)
     if got not in options:
-        _fail(what, shown, got, hint, none_allowed=any(o is None for o in options))
+        _fail(
+            what,
+            shown,
+            got,
+            hint,
+            none_allowed=any(o is None for o in options),
+            expected_value=options[0] if len(options) == 1 else None,
+        )
     _visible_event(what, True, shown, hint)
+
+
+def _options_shown(options: list[Any]) -> dict[str, Any]:
+    """What a one-of check expected: one option is said as that value ("expected 'bf16'",
+    not "expected one of 'bf16'"), several as a list of options."""
+    if len(options) == 1:
+        return {"kind": "equal", "expected": _fmt(options[0])}
+    return {"kind": "one_of", "expected": ", ".join(_fmt(o) for o in options)}
+
+
+def of_type(
+    got: Any,
+    expected_type: type | tuple[type, ...],
+    what: str,
+    *,
+    keys: Iterable[str] | None = None,
+    only: bool = False,
+    length: int | None = None,
+    hint: str = "",
+    quiet: bool = False,
+) -> None:
+    """Check what kind of answer ``got`` is before its values are checked: an instance of
+    ``expected_type`` (a tuple: any of them); a dict holding every one of ``keys`` (with
+    ``only``, no other key); a sequence of ``length`` items. A failure names the type, the
+    keys or the length the answer has, so a list where a dict is asked says so."""
+    _flag(quiet=quiet)
+    __tracebackhide__ = True
+    types_ = expected_type if isinstance(expected_type, tuple) else (expected_type,)
+    shown = {"kind": "type", "expected": ", ".join(t.__name__ for t in types_)}
+    if not isinstance(got, types_) or (isinstance(got, bool) and bool not in types_):
+        kind = tr("a `{name}`", name=type(got).__name__)
+        shown_got = got_text = tr("{kind}: {value}", kind=kind.strip(), value=_fmt(got))
+        if len(shown_got) > GOT_CHARS:
+            got_text = shown_got[: GOT_CHARS - 1] + "…"
+        _fail(what, shown, got, hint, got_text=got_text)
+    if keys is not None:
+        wanted = list(keys)
+        have = list(got.keys()) if isinstance(got, dict) else []
+        if any(k not in have for k in wanted) or (only and len(have) != len(wanted)):
+            listing = ", ".join(_fmt(k) for k in wanted)
+            _fail(
+                what,
+                {"kind": "keys", "expected": listing},
+                got,
+                hint,
+                got_text=tr("the keys {keys}", keys=", ".join(_fmt(k) for k in have) or "—"),
+            )
+    if length is not None and len(got) != length:
+        _fail(
+            what,
+            {"kind": "length", "expected": str(length)},
+            got,
+            hint,
+            got_text=tr("{count} items", count=len(got)),
+        )
+    _ok(what, quiet, shown, hint)
 
 
 def at_most(count: Any, limit: int, what: str, *, hint: str = "", quiet: bool = False) -> None:
@@ -342,18 +482,16 @@ class _Hidden:
         with _evaluating_expected():  # its helper calls are not recorded for replay
             wanted = _records.to_plain(list(expect()) if kind == "one_of" else expect())
         if "error" in record or not _records.compare(kind, record["value"], wanted, rtol, atol):
-            shown = {
-                "kind": kind,
-                "rtol": rtol,
-                "expected": (", ".join(_fmt(w) for w in wanted) if kind == "one_of" else _fmt(wanted)),
-            }
+            shown = {"kind": kind, "rtol": rtol, "expected": _fmt(wanted)}
+            if kind == "one_of":
+                shown = {**_options_shown(wanted), "rtol": rtol}
             _fail(
                 what,
                 shown,
                 got,
                 record.get("error") or hint,
                 visible=False,
-                expected_value=None if kind == "one_of" else wanted,
+                expected_value=(wanted[0] if len(wanted) == 1 else None) if kind == "one_of" else wanted,
                 none_allowed=(None in wanted) if kind == "one_of" else wanted is None,
             )
         if _records.recording():  # the reference run: the solution agreed with expect()

@@ -124,9 +124,11 @@ def catalogue_state(root: Path, lang: str, check: bool) -> tuple[list[str], dict
     except (ValueError, OSError) as exc:
         found.append(f"{rel}: {exc}")
         helpers = None
-    if helpers is not None:
+    if helpers is not None:  # the helpers' messages: check messages, the grader's feedback, ...
         shown = {"strings": {**helpers["messages"], **helpers["lines"]}}
         found += [f"{rel}: {problem}" for problem in i18n.glossary_problems(terms, lang, shown)]
+    for name, text in i18n.learner_texts(root, lang).items():  # the README, the website
+        found += [f"{name}: {hit}" for hit in i18n.glossary_hits(terms, lang, text)]
     target = i18n.strings_path(root, lang)
     text = i18n.strings_file(lang, merged, helpers)
     current = target.read_text(encoding="utf-8") if target.is_file() else None

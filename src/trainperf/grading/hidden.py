@@ -16,7 +16,7 @@ from .. import syntax
 
 HIDDEN_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) HIDDEN TESTS[ \t]*$", re.MULTILINE)
 HIDDEN_KINDS = ("close", "equal", "one_of")
-VISIBLE_CHECKS = ("close", "equal", "one_of", "at_most")
+VISIBLE_CHECKS = ("close", "equal", "one_of", "at_most", "of_type")
 
 
 def split_hidden(source: str) -> tuple[str, str]:
