@@ -616,3 +616,34 @@ def test_adam_ledgers_per_parameter():
         memory.adam_bytes_per_parameter(states="int4")
     with pytest.raises(TypeError, match="master must be True or False"):
         memory.adam_bytes_per_parameter(master="yes")
+
+
+def test_a_cpu_snapshot_is_the_step_that_memtracker_measures(tmp_path):
+    """The profiler's allocations, converted by torch into the viewer's format: the file opens as
+    a snapshot, and its peak is the peak MemTracker measures for the same primed step."""
+    import pickle
+
+    snap = memory.cpu_snapshot("tiny", 8, path=tmp_path / "s.pickle", html=tmp_path / "s.html")
+    loaded = pickle.loads((tmp_path / "s.pickle").read_bytes())
+    trace = loaded["device_traces"][-1]
+    assert snap.events == len(trace) > 100 and {"alloc", "free_completed"} <= {e["action"] for e in trace}
+    assert "Active Memory Timeline" in (tmp_path / "s.html").read_text(encoding="utf-8")
+    tracked = memory.track("tiny", "adamw", batch_size=8, fake=False, device="cpu", prime=True)
+    assert snap.peak_bytes == pytest.approx(tracked.peak_total, rel=0.02)
+    assert sum(snap.at_peak.values()) == snap.peak_bytes and snap.at_peak["activation"] > 0
+    assert "not a CUDA allocator record" in snap.format()
+
+
+def test_the_snapshot_replay_counts_tensors_from_before_the_step():
+    from helpers.memory._cpu_snapshot import _replay
+
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 100, "category": "activation"},
+        {"action": "free_completed", "addr": 9, "size": 40},  # an in-place update of an older tensor
+        {"action": "alloc", "addr": 9, "size": 40, "category": "parameter"},
+        {"action": "alloc", "addr": 2, "size": 10, "category": "temporary"},
+        {"action": "free_completed", "addr": 1, "size": 100},
+    ]
+    peak, at_peak = _replay(trace, start_bytes=50)
+    assert peak == 50 + 100 - 40 + 40 + 10
+    assert at_peak == {"before the step": 10, "activation": 100, "parameter": 40, "temporary": 10}

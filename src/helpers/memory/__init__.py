@@ -8,7 +8,8 @@
 * :func:`track` — peak memory of whole training steps by category (PyTorch's MemTracker),
   with fake tensors for models far larger than the machine.
 * :func:`cuda_memory` — allocated, reserved and peak on a GPU, with a memory snapshot and a
-  timeline; on a CPU it says it is not available.
+  timeline; on a CPU it says it is not available. :func:`cpu_snapshot` — one CPU step's profile
+  converted to the memory viewer's snapshot format.
 * :class:`MemoryExplorer` — what fits on which GPU, as a widget; :func:`estimate` — the peak.
 * In practice: :func:`read_oom` (an out-of-memory message's numbers), :func:`offload_seconds`
   (moving memory to the host), :func:`pipeline_activations` (microbatches in flight),
@@ -16,6 +17,7 @@
 """
 
 from ._course import block_saved_bytes, course_saved_bytes, head_saved_bytes
+from ._cpu_snapshot import CpuSnapshot, cpu_snapshot
 from ._cuda import NOT_ON_CPU, CudaMemory, cuda_memory, plot_timeline, timeline_from_snapshot
 from ._explorer import (
     OPTIMIZER_IMPLS,
@@ -88,6 +90,8 @@ __all__ = [
     "HOST_ADAMW_BYTES",
     "SCHEDULES",
     "OffloadCost",
+    "CpuSnapshot",
+    "cpu_snapshot",
     "OutOfMemory",
     "chunked_loss_model",
     "chunked_loss_peak",
