@@ -12,6 +12,7 @@ status column of the READMEs' chapter tables.
 from __future__ import annotations
 
 import filecmp
+import fnmatch
 import json
 import shutil
 import tempfile
@@ -19,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import i18n, readme
-from .course import chapter_notebook, chapters, generate, make_scratch_course
+from .course import RUN_OUTPUTS, chapter_notebook, chapters, generate, make_scratch_course
 
 README_LANGUAGE = "zh"  # the language whose progress the READMEs' chapter tables show
 
@@ -28,7 +29,8 @@ def _files(folder: Path) -> set[str]:
     return {
         str(p.relative_to(folder))
         for p in folder.rglob("*")
-        if p.is_file() and ".ipynb_checkpoints" not in p.parts and "__pycache__" not in p.parts
+        if p.is_file()
+        and not any(fnmatch.fnmatch(part, pattern) for part in p.parts for pattern in RUN_OUTPUTS)
     }
 
 

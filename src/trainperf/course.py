@@ -104,6 +104,11 @@ def tree_hash(folder: Path) -> str:
     return digest.hexdigest()
 
 
+#: Files a chapter writes where it runs (its own folder, when run from a clone): not sources, so
+#: never copied into the student notebooks (.gitignore keeps them out of git too).
+RUN_OUTPUTS = (".ipynb_checkpoints", "__pycache__", "memory_snapshot*.pickle", "memory_viz_cpu.html")
+
+
 def make_scratch_course(root: Path, scratch: Path, chapter_ids: list[str]) -> Path:
     """A throwaway nbgrader course folder: config plus copies of the chapters' sources."""
     scratch.mkdir(parents=True, exist_ok=True)
@@ -115,7 +120,7 @@ def make_scratch_course(root: Path, scratch: Path, chapter_ids: list[str]) -> Pa
         shutil.copytree(
             root / "solutions" / chapter,
             target,
-            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
+            ignore=shutil.ignore_patterns(*RUN_OUTPUTS),
         )
     return scratch
 
