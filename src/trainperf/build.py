@@ -25,6 +25,10 @@ from .course import RUN_OUTPUTS, chapter_notebook, chapters, generate, make_scra
 README_LANGUAGE = "zh"  # the language whose progress the READMEs' chapter tables show
 
 
+def _run_output(path: Path) -> bool:
+    return any(fnmatch.fnmatch(part, pattern) for part in path.parts for pattern in RUN_OUTPUTS)
+
+
 def _files(folder: Path) -> set[str]:
     return {
         str(p.relative_to(folder))
