@@ -73,3 +73,16 @@ def _outside_code_blocks(lines: list[str]) -> list[str]:
         elif not in_code:
             out.append(line)
     return out
+
+
+def english_words(line: str, kept: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Every plain English word in a line a Chinese learner reads, even one alone: a label, a
+    column header, a row name or a verdict is prose to that learner. Code spans, identifiers
+    (a name with ``_``, ``.``, digits...), acronyms (MFU, GPU) and the glossary's kept terms
+    do not count."""
+    words = []
+    for token in _NOT_PROSE.sub(" ", line.replace("(s)", "s")).split():
+        word = token.strip(",;:!?\"'()–—-·")
+        if _WORD.fullmatch(word) and word.lower() not in kept:
+            words.append(word)
+    return words

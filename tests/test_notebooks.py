@@ -111,6 +111,21 @@ def test_nbval_lax_on_the_chinese_edition(chapter, executed_dir, tmp_path):
     assert english == [], (
         f"{len(english)} output lines of the Chinese edition are English prose:\n" + "\n".join(english)
     )
+    # stricter: any English word outside code, a lone label, header or verdict included; the
+    # count may only fall (tests/zh_english_lines.json keeps each chapter's, the goal is zero)
+    labels = [
+        f"{cell['cell']}: {line[:120]}  <- {' '.join(words)}"
+        for cell in shown
+        for line in prose.shown_lines(cell["outputs"])
+        if (words := [w for w in prose.english_words(line, kept) if w.lower() not in _names_in(cell["source"])])
+        and not _not_ours(line)
+    ]
+    budget = json.loads((ROOT / "tests" / "zh_english_lines.json").read_text(encoding="utf-8"))
+    print(f"{chapter}: {len(labels)} output lines of the Chinese edition hold English words")
+    assert len(labels) <= budget.get(chapter, 0), (
+        f"{len(labels)} output lines of the Chinese edition hold English words (at most "
+        f"{budget.get(chapter, 0)} allowed; translate them or show them as code):\n" + "\n".join(labels)
+    )
 
 
 def _names_in(source: str) -> frozenset[str]:
