@@ -75,14 +75,24 @@ def _outside_code_blocks(lines: list[str]) -> list[str]:
     return out
 
 
+#: Names, not prose: products, companies and projects a Chinese text writes in English too.
+NAMES = frozenset(
+    "python pytorch torch nvidia intel amd arm apple google colab jupyter jupyterlab binder modelscope "
+    "hopper ampere blackwell ada volta turing grace xeon epyc gaudi triton inductor dynamo "
+    "megatron deepspeed torchao torchtune transformer engine flashattention gloo nccl linux helpers".split()
+)
+
+
 def english_words(line: str, kept: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """Every plain English word in a line a Chinese learner reads, even one alone: a label, a
     column header, a row name or a verdict is prose to that learner. Code spans, identifiers
-    (a name with ``_``, ``.``, digits...), acronyms (MFU, GPU) and the glossary's kept terms
-    do not count."""
+    (a name with ``_``, ``.``, digits...), acronyms (MFU, GPU), :data:`NAMES` and the
+    glossary's kept terms (one word or several, "tensor core") do not count."""
+    for term in sorted((t for t in kept if " " in t), key=len, reverse=True):
+        line = re.sub(re.escape(term), " ", line, flags=re.IGNORECASE)
     words = []
     for token in _NOT_PROSE.sub(" ", line.replace("(s)", "s")).split():
         word = token.strip(",;:!?\"'()–—-·")
-        if _WORD.fullmatch(word) and word.lower() not in kept:
+        if _WORD.fullmatch(word) and word.lower() not in kept and word.lower() not in NAMES:
             words.append(word)
     return words
