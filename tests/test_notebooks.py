@@ -117,8 +117,7 @@ def test_nbval_lax_on_the_chinese_edition(chapter, executed_dir, tmp_path):
         f"{cell['cell']}: {line[:120]}  <- {' '.join(words)}"
         for cell in shown
         for line in prose.shown_lines(cell["outputs"])
-        if (words := [w for w in prose.english_words(line, kept) if w.lower() not in _names_in(cell["source"])])
-        and not _not_ours(line)
+        if (words := _label_words(line, kept, cell["source"])) and not _not_ours(line)
     ]
     budget = json.loads((ROOT / "tests" / "zh_english_lines.json").read_text(encoding="utf-8"))
     print(f"{chapter}: {len(labels)} output lines of the Chinese edition hold English words")
@@ -126,6 +125,12 @@ def test_nbval_lax_on_the_chinese_edition(chapter, executed_dir, tmp_path):
         f"{len(labels)} output lines of the Chinese edition hold English words (at most "
         f"{budget.get(chapter, 0)} allowed; translate them or show them as code):\n" + "\n".join(labels)
     )
+
+
+def _label_words(line: str, kept: frozenset[str], source: str) -> list[str]:
+    """The English words of a shown line that the cell's own code does not type."""
+    typed = _names_in(source)
+    return [w for w in prose.english_words(line, kept) if w.lower() not in typed]
 
 
 def _names_in(source: str) -> frozenset[str]:
