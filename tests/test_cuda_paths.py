@@ -817,8 +817,8 @@ def test_find_syncs_lists_each_synchronizing_line_on_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
 
     def step():
-        warnings.warn("called a synchronizing CUDA operation", UserWarning)  # the one line
-        warnings.warn("some other warning", UserWarning)
+        warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)  # this line
+        warnings.warn("some other warning", UserWarning, stacklevel=1)
 
     report = nvtx.find_syncs(step, device="cuda")
     assert report.checked and modes == ["warn", 0]
