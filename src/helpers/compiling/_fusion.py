@@ -170,10 +170,9 @@ class GeneratedCode:
             lines.append(f"  {name}: {len(kernels)} kernel(s), {calls} library call(s)")
             for k in kernels:
                 lines.append(f"    {k.name}: reads {len(k.reads)} tensor(s), writes {len(k.writes)}")
-        if show_source and self.graphs and self.graphs[0]:
-            body = [line for line in self.graphs[0][0].source.splitlines() if _ACCESS.search(line)]
-            lines.append(f"  the loads and stores of {self.graphs[0][0].name}:")
-            lines += ["    " + line.strip()[:110] for line in body[:max_lines]]
+                if show_source:
+                    body = [line.strip() for line in k.source.splitlines() if _ACCESS.search(line)]
+                    lines += ["      " + line[:104] for line in body[:max_lines]]
         return "\n".join(lines)
 
 
