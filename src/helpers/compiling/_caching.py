@@ -86,15 +86,16 @@ class CacheStarts:
                 continue
             last, cxx = starts[-1], _median([s.cxx_s for s in starts])
             lines.append(
-                f"  {arm:<10}  FX graph cache {last.fx_hits} hit(s), {last.fx_misses} miss(es); AOTAutograd "
-                f"cache {last.aot_hits} hit(s), {last.aot_misses} miss(es); C++ compiler {cxx:.2f} s (median)"
+                f"  {arm + ' start':<17} FX graph cache {last.fx_hits} hit(s), {last.fx_misses} miss(es); "
+                f"AOTAutograd cache {last.aot_hits} hit(s), {last.aot_misses} miss(es); C++ compiler "
+                f"{cxx:.2f} s (median)"
             )
         for speed in (self.warm, self.mega):
             if speed is None:
                 continue
             for name, run in zip(speed.names, (speed.baseline, speed.tuned), strict=True):
                 lines.append(
-                    f"  {name + ':':<18} median {run.median:.2f} s (min {run.min:.2f}, max {run.max:.2f}, "
+                    f"  {name}: median {run.median:.2f} s (min {run.min:.2f}, max {run.max:.2f}, "
                     f"n={len(run.samples)})"
                 )
             lines.append(f"  {speed}")

@@ -14,6 +14,7 @@ counting backend (one entry per graph dynamo hands it) and dynamo's guard failur
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +114,29 @@ def length_recompiles(
         raise ValueError(f"min and max bound mark_dynamic only; got mark={mark!r}: use mark='mark_dynamic'")
     if not lengths or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in lengths):
         raise ValueError(f"lengths must be a non-empty list of whole numbers >= 1, got {lengths!r}")
+    code = getattr(fn, "__code__", None)
+    # a broken promise is also logged, with a traceback, at ERROR level by torch._guards: the
+    # event below says it in one line, so that log is kept off the screen while this runs
+    guards_log = logging.getLogger("torch._guards")
+    level = guards_log.level
+    guards_log.setLevel(logging.CRITICAL)
+    try:
+        return _run_lengths(fn, code, lengths, mark, min, max, first_only, batch, hidden)
+    finally:
+        guards_log.setLevel(level)
+
+
+def _run_lengths(
+    fn: Callable[[torch.Tensor], Any],
+    code: Any,
+    lengths: Sequence[int],
+    mark: str,
+    min: int | None,
+    max: int | None,
+    first_only: bool,
+    batch: int,
+    hidden: int,
+) -> LengthRun:
     import torch._dynamo as dynamo
     from torch._dynamo.utils import guard_failures
 
@@ -122,7 +146,6 @@ def length_recompiles(
         graphs.append(len(gm.graph.nodes))
         return gm.forward
 
-    code = getattr(fn, "__code__", None)
     events = []
     with quiet(), _dynamo_defaults():
         dynamo.reset()
