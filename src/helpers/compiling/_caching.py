@@ -51,7 +51,7 @@ class Start:
     seconds: float  # load artifacts (mega-cache arm) + probe + compile + first forward and backward
     load_s: float  # load_cache_artifacts, mega-cache arm only
     probe_s: float  # Inductor's vector-instruction probe (0 when the CPU's flags are trusted)
-    cxx_s: float  # of the compile: the C++ compiler (0 on a GPU, or where nothing was built)
+    cxx_s: float  # of the compile: the C++ compiler, probe apart (0 on a GPU, or where nothing was built)
     fx_hits: int
     fx_misses: int
     aot_hits: int
@@ -143,13 +143,14 @@ def _one_start(
         if arm == "mega-cache":
             torch.compiler.load_cache_artifacts(Path(artifacts).read_bytes())
             load_s = time.perf_counter() - began
-        probe_s = 0.0
+        probe_s, probe_cxx = 0.0, 0.0
         if device == "cpu" and not trust:
             from torch._inductor.cpu_vec_isa import pick_vec_isa
 
             start = time.perf_counter()
             pick_vec_isa()  # what the first CPU compile does anyway; timed on its own here
             probe_s = time.perf_counter() - start
+            probe_cxx = sum(utils.compilation_time_metrics.get("compile_file", []))  # its test builds
         torch.manual_seed(0)
         x = torch.randn(size, size, device=device)
         w = torch.randn(size, size, device=device, requires_grad=backward)
@@ -164,7 +165,7 @@ def _one_start(
             if saved is not None:
                 Path(artifacts).write_bytes(saved[0])
         inductor, aot = utils.counters["inductor"], utils.counters["aot_autograd"]
-        cxx = sum(utils.compilation_time_metrics.get("compile_file", []))
+        cxx = sum(utils.compilation_time_metrics.get("compile_file", [])) - probe_cxx
         conn.send(
             Start(
                 arm,
