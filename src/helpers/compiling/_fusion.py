@@ -127,6 +127,7 @@ _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.MULTILINE)
 # and Triton (``tl.load(in_ptr0 + ...)``, ``tl.store(out_ptr0 + ...``)
 _LOADED = re.compile(r"\b(in_ptr\d+|in_out_ptr\d+)\b")
 _ACCESS = re.compile(r"loadu?\(|store\(|\b(?:in_|out_|in_out_)ptr\d+\[")
+_DECLARED = re.compile(r"^auto \w+ = ")
 _STORED = re.compile(
     r"(?:\.store\(|tl\.store\()\s*(out_ptr\d+|in_out_ptr\d+)|\b(out_ptr\d+)\[[^\]]*\]\s*=(?!=)"
 )
@@ -171,7 +172,12 @@ class GeneratedCode:
             for k in kernels:
                 lines.append(f"    {k.name}: reads {len(k.reads)} tensor(s), writes {len(k.writes)}")
                 if show_source:
-                    body = [line.strip() for line in k.source.splitlines() if _ACCESS.search(line)]
+                    # the access itself, without the C++ declaration of the value it loads into
+                    body = [
+                        _DECLARED.sub("", line.strip())
+                        for line in k.source.splitlines()
+                        if _ACCESS.search(line)
+                    ]
                     lines += ["      " + line[:104] for line in body[:max_lines]]
         return "\n".join(lines)
 
