@@ -38,6 +38,7 @@ import torch
 
 from .._validate import count
 from ..bench import SpeedComparison, compare_speed
+from ..i18n import tr
 
 #: The arms, in the order they are reported.
 ARMS = ("cold", "warm", "mega-cache")
@@ -86,7 +87,7 @@ class CacheStarts:
                 continue
             last, cxx = starts[-1], _median([s.cxx_s for s in starts])
             lines.append(
-                f"  {arm + ' start':<17} FX graph cache {last.fx_hits} hit(s), {last.fx_misses} miss(es); "
+                f"  {_arm_name(arm):<17} FX graph cache {last.fx_hits} hit(s), {last.fx_misses} miss(es); "
                 f"AOTAutograd cache {last.aot_hits} hit(s), {last.aot_misses} miss(es); C++ compiler "
                 f"{cxx:.2f} s (median)"
             )
@@ -114,6 +115,11 @@ class CacheStarts:
                 f"(min {share[0]:.0%}, max {share[-1]:.0%}, n={len(share)})"
             )
         return "\n".join(lines)
+
+
+def _arm_name(arm: str) -> str:
+    """How a start of ``arm`` is named in the report, in the learner's language."""
+    return {"cold": tr("cold start"), "warm": tr("warm start"), "mega-cache": tr("mega-cache start")}[arm]
 
 
 def _median(values: list[float]) -> float:
@@ -283,7 +289,7 @@ def cache_starts(
         warm = compare_speed(
             lambda: starter("cold"),
             lambda: starter("warm"),
-            names=("cold start", "warm start"),
+            names=(_arm_name("cold"), _arm_name("warm")),
             min_pairs=pairs,
             max_pairs=pairs,
             **common,
@@ -293,7 +299,7 @@ def cache_starts(
             mega = compare_speed(
                 lambda: starter("cold"),
                 lambda: starter("mega-cache"),
-                names=("cold start", "mega-cache start"),
+                names=(_arm_name("cold"), _arm_name("mega-cache")),
                 min_pairs=mega_pairs,
                 max_pairs=mega_pairs,
                 **common,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..bench import resolve_device
+from ..i18n import tr
 from ._graphs import quiet
 
 
@@ -71,8 +72,8 @@ def cudagraph_pitfalls(device: str | torch.device = "auto") -> list[str]:
             f"output cloned before the next call: equal to its value: {torch.equal(cloned, _scale(x))}"
         )
         for label, fn, args in (
-            ("a CPU tensor in the graph", _with_cpu_tensor, (x, torch.zeros(4))),
-            ("an input the graph writes into", _mutating, (x.clone(),)),
+            (tr("a CPU tensor in the graph"), _with_cpu_tensor, (x, torch.zeros(4))),
+            (tr("an input the graph writes into"), _mutating, (x.clone(),)),
         ):
             dynamo.reset()
             before = _skips()
