@@ -183,6 +183,7 @@ NOT_OURS = re.compile(
     r"^\s*(exec\s+)?(nsys|python|torchrun|srun|pip|git)\s"
     r"|^\s*(def |return |if |for |\"\"\")|\"\"\"\s*$"
     r"|Self CPU|size mismatch at index|Failed to trace|Unsupported Tensor"
+    r"|ConstraintViolationError: (\d+ not in range \[|You marked )"
     r"|NVTX functions not installed|CUDA out of memory"
     r"|runs per measurement|Interquartile range|environmental influence|system fluctuation"
     r"|site-packages/\S+\.py:\d+: \w*Warning"

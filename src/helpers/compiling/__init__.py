@@ -14,20 +14,33 @@
   recomputes instead: :func:`saved_for_backward`;
 * why a faster part may not make the step faster: :func:`step_speedup`, and
   :func:`step_speedups` for a measured speed-up with its interval;
-* whether Inductor can generate code here (a C++ compiler, Triton): :func:`pick_backend`.
+* whether Inductor can generate code here (a C++ compiler, Triton): :func:`pick_backend`;
+* the kernels Inductor really generated for a function, with what each reads and writes:
+  :func:`generated_kernels`;
+* cold, warm and mega-cache starts, each in a fresh process: :func:`cache_starts`;
+* changing sequence lengths under ``mark_dynamic`` (with bounds) and ``maybe_mark_dynamic``:
+  :func:`length_recompiles`;
+* the pitfalls of ``mode="reduce-overhead"`` (CUDA graphs), on a CUDA device only:
+  :func:`cudagraph_pitfalls`.
 
 Sources: the PyTorch documentation of ``torch.compile``, ``torch._dynamo.explain`` and
 dynamic shapes; chapter 1 for the traffic model. Run ``python -m helpers.compiling`` for
 the report of the fused chain on this device.
 """
 
+from ._caching import ARMS, CacheStarts, Start, cache_starts
+from ._cudagraphs import cudagraph_pitfalls
+from ._dynamic import MARKS, LengthEvent, LengthRun, attention_scores, length_recompiles, one_length_shortcut
 from ._fusion import (
     CHAIN,
+    GeneratedCode,
+    Kernel,
     Traffic,
     bias_gelu_dropout_residual,
     chain_inputs,
     chain_sizes,
     chain_traffic,
+    generated_kernels,
 )
 from ._graphs import (
     MODES,
@@ -65,6 +78,20 @@ from ._report import (
 from ._stages import StageTimes, stage_times
 
 __all__ = [
+    "ARMS",
+    "CacheStarts",
+    "Start",
+    "cache_starts",
+    "cudagraph_pitfalls",
+    "MARKS",
+    "LengthEvent",
+    "LengthRun",
+    "attention_scores",
+    "length_recompiles",
+    "one_length_shortcut",
+    "GeneratedCode",
+    "Kernel",
+    "generated_kernels",
     "CHAIN",
     "MODES",
     "PARTITIONERS",
