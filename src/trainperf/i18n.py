@@ -83,7 +83,8 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def skeleton(notebook: dict[str, Any], lang: str, chapter: str) -> dict[str, Any]:
-    """An empty catalogue for a chapter: every markdown cell with its hash and no text yet."""
+    """An empty catalogue for a chapter: every markdown cell with its hash and no text yet,
+    and every comment, docstring and hint a learner reads in its code with no text yet."""
     return {
         "language": lang,
         "chapter": chapter,
@@ -92,6 +93,7 @@ def skeleton(notebook: dict[str, Any], lang: str, chapter: str) -> dict[str, Any
             cid: {"en_hash": text_hash(text), "text": ""} for cid, text in markdown_cells(notebook).items()
         },
         "strings": {},
+        "code": dict.fromkeys(untranslated_code(notebook, {}), ""),
     }
 
 
