@@ -386,7 +386,7 @@ def of_type(
     ``only``, no other key); a sequence of ``length`` items; a sequence whose every item is an
     instance of ``items``. A failure names the type, the keys or the length the answer has (or
     the first item of another type), so a list where a dict is asked says so."""
-    _flag(quiet=quiet)
+    _flag(quiet=quiet, only=only)
     __tracebackhide__ = True
     types_ = expected_type if isinstance(expected_type, tuple) else (expected_type,)
     shown = {"kind": "type", "expected": ", ".join(t.__name__ for t in types_)}

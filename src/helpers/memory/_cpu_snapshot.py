@@ -38,8 +38,9 @@ class CpuSnapshot:
     snapshot: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def format(self) -> str:
+        before = tr("before the step")  # the other categories are torch's own names
         parts = ", ".join(
-            f"{tr(k) if k == 'before the step' else k} {v / 2**20:.2f}"  # the others are torch's names
+            f"{before if k == 'before the step' else k} {v / 2**20:.2f}"
             for k, v in sorted(self.at_peak.items(), key=lambda kv: -kv[1])
         )
         lines = [
