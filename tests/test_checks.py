@@ -354,6 +354,8 @@ def test_of_type_checks_the_type_keys_and_length_and_names_what_the_answer_has(c
     checks.of_type({"a": 1, "b": 2, "c": 3}, dict, "a dict holding a and b", keys=["b", "a"], quiet=True)
     checks.of_type((1, 2), (tuple, list), "a pair", length=2, quiet=True)
     checks.of_type(3, int, "a count", quiet=True)
+    checks.of_type(["nsys", "profile"], list, "argv", items=str, quiet=True)
+    checks.of_type([], list, "no items", items=str, quiet=True)
     assert capsys.readouterr().out == "✓ a dict\n"
     cases = [
         (lambda: checks.of_type([1, 2], dict, "ledger"), "expected a `dict`, got a `list`: [1, 2]."),
@@ -372,6 +374,14 @@ def test_of_type_checks_the_type_keys_and_length_and_names_what_the_answer_has(c
             "expected the keys 'a', got the keys 'a', 'z'.",
         ),
         (lambda: checks.of_type([1, 2, 3], list, "pair", length=2), "expected 2 items, got 3 items."),
+        (
+            lambda: checks.of_type(["-o", 3], list, "argv", items=str),
+            "expected every item a `str`, got item 1, a `int`: 3.",
+        ),
+        (
+            lambda: checks.of_type([1, True], list, "counts", items=int),
+            "expected every item a `int`, got item 1, a `bool`: True.",
+        ),
     ]
     for fail, message in cases:
         with pytest.raises(checks.CheckFailed) as info:
@@ -512,3 +522,13 @@ def test_a_failed_visible_check_sends_the_learners_answer_cut_short(monkeypatch)
     assert len(long["got"]) == checks.GOT_CHARS and long["got"].endswith("…") and long["none"] is False
     assert rank["got"] == "5" and rank["none"] is False
     assert "got" not in right and right["ok"] is True
+
+
+def test_of_type_items_says_the_first_wrong_item_in_chinese(monkeypatch):
+    from helpers import i18n
+
+    monkeypatch.setattr(i18n, "_chosen", ["zh"])  # the language only: set_language would load fonts
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.of_type(["-o", 3], list, "argv", items=str)
+    message = str(info.value)
+    assert "每个元素都是 `str`" in message and "第 1 个元素是 `int`：3" in message, message

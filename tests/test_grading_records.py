@@ -83,6 +83,9 @@ VISIBLE_FIELDS = {
     "none": lambda v: type(v) is bool,
     # the learner's own answer, as the notebook showed it: shown on the feedback page when short
     "got": lambda v: type(v) is str and len(v) <= checks.GOT_CHARS and "\n" not in v,
+    # the answer's type and its kind ("number", "list", ...): named on the feedback page
+    "type": lambda v: type(v) is str and v.isidentifier() and v.isascii() and len(v) <= checks.TYPE_CHARS,
+    "family": lambda v: type(v) is str and v.isidentifier() and v.isascii() and len(v) <= checks.TYPE_CHARS,
 }
 SHOWN_FIELDS = {
     "kind": lambda v: _is_text(v, 10_000),
@@ -470,3 +473,45 @@ def test_a_failed_visible_check_shows_expected_got_and_hint_as_the_notebook_does
     shown["records"][0]["got"] = "x" * (checks.GOT_CHARS + 1)  # longer than the checks send
     verdict, _ = _grade(shown=shown)
     assert "x" * 10 not in verdict.visible and any("ignored" in p for p in verdict.problems)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_wrong_type_answer_is_named_by_its_type_on_the_feedback_page(lang):
+    """What a learner's kernel sends about a failed check's answer: its type (of_type names it)
+    and its kind, which the grader compares with the kind of the reference's right answer (a
+    string where a number is asked): the page says both types, as the notebook does."""
+    from helpers.i18n import tr_in
+
+    def page(shown: dict[str, Any], event: dict[str, Any], family: str | None = None) -> str:
+        reference = [
+            {"what": "visible", "shown": shown, "hint": "", **({"family": family} if family else {})}
+        ]
+        result = {**copy.deepcopy(SHOWN), "status": "error", "ename": "CheckFailed"}
+        result["records"] = [{**VISIBLE_EVENT, "shown": shown, "ok": False, **event}]
+        return feedback(lang, result, reference, EXERCISES)
+
+    def a(name: str) -> str:
+        return tr_in(lang, "a `{name}`", name=name).strip()
+
+    text = page({"kind": "type", "expected": "dict"}, {"got": "[1, 2]", "type": "list", "family": "list"})
+    want = tr_in(lang, "{kind}: {value}", kind=a("list"), value="[1, 2]")
+    assert want in text and a("dict") in text, text
+    text = page(
+        {"kind": "equal", "expected": "5"}, {"got": "'normal'", "type": "str", "family": "str"}, "number"
+    )
+    note = tr_in(
+        lang,
+        " Your answer is {got}, where {expected} is expected.",
+        got=tr_in(lang, "a `{name}`", name="str"),
+        expected=tr_in(lang, "a number (`int` or `float`)"),
+    )
+    assert note in text, text
+    # the same kind as the right answer, or an event of an older grader: no sentence about types
+    for family in ("str", None):
+        text = page(
+            {"kind": "equal", "expected": "'x'"}, {"got": "'y'", "type": "str", "family": "str"}, family
+        )
+        assert {"en": "Your answer is", "zh": "你的答案是"}[lang] not in text, text
+    # a name that is not a type name is no event the checks send: the event is ignored
+    text = page({"kind": "type", "expected": "dict"}, {"got": "[1]", "type": "<b>list</b>"})
+    assert "<b>" not in text and "[1]" not in text, text

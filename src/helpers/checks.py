@@ -151,13 +151,24 @@ def _kind_words(family: str, lang: str | None = None) -> str:
 def _type_note(expected: Any, got: Any) -> str:
     """A sentence naming the answer's type and the type the check expects, when they differ
     (a string where a number is asked, a list where a dict is); empty when they agree."""
-    want, have = _family(expected), _family(got)
-    if want == have or got is None or expected is None:
+    if got is None or expected is None:
         return ""
+    return type_note(_family(expected), _family(got), type(got).__name__)
+
+
+def type_note(want: str, have: str, got_type: str, lang: str | None = None) -> str:
+    """:func:`_type_note` from the two families (:func:`_family`) and the answer's type name,
+    in ``lang`` (the grader writes it into a feedback page); empty when the families agree."""
+    if want == have:
+        return ""
+    lang = lang or language()
     # the answer by its own type (a `list`, a `tuple`), a number as a number
-    got_words = _kind_words(have) if have == "number" else tr("a `{name}`", name=type(got).__name__)
-    return tr(
-        " Your answer is {got}, where {expected} is expected.", got=got_words, expected=_kind_words(want)
+    got_words = _kind_words(have, lang) if have == "number" else tr_in(lang, "a `{name}`", name=got_type)
+    return tr_in(
+        lang,
+        " Your answer is {got}, where {expected} is expected.",
+        got=got_words,
+        expected=_kind_words(want, lang),
     )
 
 
@@ -192,6 +203,9 @@ def expected_text(shown: dict[str, Any], lang: str | None = None) -> str:
     if kind == "type":  # of_type: the type names, ", " between
         names = (tr_in(lang, "a `{name}`", name=name).strip() for name in expected.split(", "))
         return tr_in(lang, " or ").join(names)
+    if kind == "items":  # of_type(items=...): every item of one of these types
+        names = (tr_in(lang, "a `{name}`", name=name).strip() for name in expected.split(", "))
+        return tr_in(lang, "every item {types}", types=tr_in(lang, " or ").join(names))
     if kind == "keys":
         return tr_in(lang, "the keys {keys}", keys=expected)
     if kind == "length":
@@ -204,6 +218,7 @@ def expected_text(shown: dict[str, Any], lang: str | None = None) -> str:
 
 
 GOT_CHARS = 60  # the most of a learner's answer a feedback page shows (exam.feedback)
+TYPE_CHARS = 40  # the longest type name an event sends (exam.feedback names the answer's type)
 
 
 def _visible_event(
@@ -222,10 +237,18 @@ def _visible_event(
             "hint": hint,
             "none": got is None and not none_allowed,
         }
+        if got is not None:  # the reference run's says the type a right answer has
+            event["family"] = _type_name(_family(got))
         if not ok:
             shown_got = _fmt(got)
             event["got"] = shown_got if len(shown_got) <= GOT_CHARS else shown_got[: GOT_CHARS - 1] + "…"
+            event["type"] = _type_name(type(got).__name__)
         _records.emit(event)
+
+
+def _type_name(name: str) -> str:
+    """A type's name as an event sends it: a plain identifier the grader accepts, else "object"."""
+    return name if name.isidentifier() and name.isascii() and len(name) <= TYPE_CHARS else "object"
 
 
 def _fail(
@@ -354,18 +377,20 @@ def of_type(
     keys: Iterable[str] | None = None,
     only: bool = False,
     length: int | None = None,
+    items: type | tuple[type, ...] | None = None,
     hint: str = "",
     quiet: bool = False,
 ) -> None:
     """Check what kind of answer ``got`` is before its values are checked: an instance of
     ``expected_type`` (a tuple: any of them); a dict holding every one of ``keys`` (with
-    ``only``, no other key); a sequence of ``length`` items. A failure names the type, the
-    keys or the length the answer has, so a list where a dict is asked says so."""
+    ``only``, no other key); a sequence of ``length`` items; a sequence whose every item is an
+    instance of ``items``. A failure names the type, the keys or the length the answer has (or
+    the first item of another type), so a list where a dict is asked says so."""
     _flag(quiet=quiet, only=only)
     __tracebackhide__ = True
     types_ = expected_type if isinstance(expected_type, tuple) else (expected_type,)
     shown = {"kind": "type", "expected": ", ".join(t.__name__ for t in types_)}
-    if not isinstance(got, types_) or (isinstance(got, bool) and bool not in types_):
+    if not isinstance(got, types_) or _bool_for_int(got, types_):
         kind = tr("a `{name}`", name=type(got).__name__)
         shown_got = got_text = tr("{kind}: {value}", kind=kind.strip(), value=_fmt(got))
         if len(shown_got) > GOT_CHARS:
@@ -391,7 +416,31 @@ def of_type(
             hint,
             got_text=tr("{count} items", count=len(got)),
         )
+    if items is not None:
+        kinds = items if isinstance(items, tuple) else (items,)
+        wrong = next(
+            (
+                (i, item)
+                for i, item in enumerate(got)
+                if not isinstance(item, kinds) or _bool_for_int(item, kinds)
+            ),
+            None,
+        )
+        if wrong is not None:
+            kind = tr("a `{name}`", name=type(wrong[1]).__name__).strip()
+            _fail(
+                what,
+                {"kind": "items", "expected": ", ".join(t.__name__ for t in kinds)},
+                got,
+                hint,
+                got_text=tr("item {index}, {kind}: {value}", index=wrong[0], kind=kind, value=_fmt(wrong[1])),
+            )
     _ok(what, quiet, shown, hint)
+
+
+def _bool_for_int(value: Any, kinds: tuple[type, ...]) -> bool:
+    """True for a bool where a number type is asked (a bool is an int to isinstance)."""
+    return isinstance(value, bool) and bool not in kinds
 
 
 def at_most(count: Any, limit: int, what: str, *, hint: str = "", quiet: bool = False) -> None:

@@ -2,17 +2,24 @@
 
 A catalogue maps each markdown cell of the English source (by cell id) to its translation,
 together with a hash of the English text it translates, so a changed English cell shows up as
-out of date. Code cells are never translated: a translated notebook runs and grades exactly as
-the English one.
+out of date. In code cells only the prose is translated — comments, docstrings and hint
+strings (``code``, :mod:`trainperf.code_i18n`), token by token, every other character as it
+was — so a translated notebook runs and grades exactly as the English one.
 
 Format::
 
     {"language": "zh", "chapter": "01_roofline", "status": "complete" | "in progress",
      "cells": {"<cell id>": {"en_hash": "<12 hex>", "text": "<translated markdown>"}},
-     "strings": {"<English string shown by code>": "<translation>"}}
+     "strings": {"<English string shown by code>": "<translation>"},
+     "code": {"<English comment, docstring or hint of a code cell>": "<translation>"}}
 
 ``strings`` holds learner-facing strings that live in code cells (check hints, labels), looked
-up by their exact English text at run time.
+up by their exact English text at run time. ``code`` translates the prose a learner reads in a
+code cell's source: a comment by its text after ``# `` (a block of comment lines as one text,
+joined by spaces), a docstring by its cleaned text, a hint (a string assigned to ``hint`` or
+passed as ``hint=``) by its value; the build writes the translation in place of those tokens.
+A hint the checks print is translated once, in ``strings`` (looked up at run time; the build
+writes that translation into the code too, and a translated literal passes through).
 
 ``i18n/<lang>/helpers.json`` translates what the helpers' own code shows (and the build's
 stub message): ``messages``, ``{"<group>": {"<English template of tr()>": "<translation>"}}``
@@ -24,9 +31,11 @@ merges every chapter's strings and the helpers' catalogue into
 (it ships with the helpers).
 
 A translated notebook differs from the English one in its markdown, in
-``metadata.trainperf.language`` and in one line of its parameters cell, ``LANGUAGE = "<lang>"``,
+``metadata.trainperf.language``, in one line of its parameters cell, ``LANGUAGE = "<lang>"``,
 which the setup cell passes to ``helpers.setup(lang=...)`` (messages, widgets and plots in that
-language). Graded cells are untouched.
+language), and in the prose of its code cells. The grader takes only answer cells from a
+submission and runs the English test cells, and it tells a test cell translated this way from
+an edited one (:func:`trainperf.code_i18n.skeleton`).
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ from typing import Any
 
 from helpers.i18n import tr_in
 
-from . import syntax
+from . import code_i18n, syntax
 
 #: The line of a parameters cell that names the notebook's language.
 LANGUAGE_LINE = re.compile(r'^LANGUAGE = "[a-z]+"', re.MULTILINE)
@@ -74,7 +83,8 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def skeleton(notebook: dict[str, Any], lang: str, chapter: str) -> dict[str, Any]:
-    """An empty catalogue for a chapter: every markdown cell with its hash and no text yet."""
+    """An empty catalogue for a chapter: every markdown cell with its hash and no text yet,
+    and every comment, docstring and hint a learner reads in its code with no text yet."""
     return {
         "language": lang,
         "chapter": chapter,
@@ -83,6 +93,7 @@ def skeleton(notebook: dict[str, Any], lang: str, chapter: str) -> dict[str, Any
             cid: {"en_hash": text_hash(text), "text": ""} for cid, text in markdown_cells(notebook).items()
         },
         "strings": {},
+        "code": dict.fromkeys(untranslated_code(notebook, {}), ""),
     }
 
 
@@ -134,11 +145,16 @@ def translate(notebook: dict[str, Any], catalogue: dict[str, Any]) -> dict[str, 
     import copy
 
     out = copy.deepcopy(notebook)
-    cells = catalogue.get("cells", {})
+    cells, code = catalogue.get("cells", {}), catalogue.get("code", {})
     for cell in out["cells"]:
         entry = cells.get(cell.get("id"))
         if cell["cell_type"] == "markdown" and entry and entry.get("text", "").strip():
             cell["source"] = entry["text"]
+        elif cell["cell_type"] == "code" and (code or catalogue.get("strings")):
+            source = _source(cell)
+            translated = code_i18n.translate(source, code, catalogue.get("strings", {}))
+            if translated != source:
+                cell["source"] = translated
     out.setdefault("metadata", {}).setdefault("trainperf", {})["language"] = catalogue["language"]
     set_language_parameter(out, catalogue["language"])
     return out
@@ -158,12 +174,21 @@ def catalogue_or_empty(root: Path, lang: str, chapter: str) -> dict[str, Any]:
     path = catalogue_path(root, lang, chapter)
     if path.is_file():
         return load(path)
-    return {"language": lang, "chapter": chapter, "status": "in progress", "cells": {}, "strings": {}}
+    return {
+        "language": lang,
+        "chapter": chapter,
+        "status": "in progress",
+        "cells": {},
+        "strings": {},
+        "code": {},
+    }
 
 
 def catalogue_problems(notebook: dict[str, Any], catalogue: dict[str, Any]) -> list[str]:
-    """:func:`problems`, plus a status that is neither "complete" nor "in progress" and
-    strings that no code cell of the chapter holds any more."""
+    """:func:`problems`, plus a status that is neither "complete" nor "in progress",
+    strings that no code cell of the chapter holds any more, ``code`` entries whose English no
+    code cell holds any more, and prose a learner reads in a code cell with no ``code`` entry
+    (allowed while the status is "in progress")."""
     found = problems(notebook, catalogue)
     if catalogue.get("status") not in STATUSES:
         found.append(f"status {catalogue.get('status')!r} is neither {' nor '.join(map(repr, STATUSES))}")
@@ -173,7 +198,42 @@ def catalogue_problems(notebook: dict[str, Any], catalogue: dict[str, Any]) -> l
         for english in catalogue.get("strings", {})
         if english not in constants
     ]
+    prose = code_prose(notebook)
+    code = catalogue.get("code", {})
+    found += [
+        f"code {english[:60]!r}: no comment, docstring or hint of the chapter's code says this any more"
+        for english in code
+        if english not in prose
+    ]
+    if catalogue.get("status") != "in progress":
+        left = untranslated_code(notebook, code, catalogue.get("strings", {}))
+        found += [f"code {english[:60]!r}: no translation" for english in left]
     return found
+
+
+def code_prose(notebook: dict[str, Any]) -> set[str]:
+    """Every comment, docstring and hint of the notebook's code cells (the keys ``code`` may use)."""
+    return {
+        piece.key
+        for cell in notebook["cells"]
+        if cell["cell_type"] == "code"
+        for piece in code_i18n.pieces(_source(cell))
+    }
+
+
+def untranslated_code(
+    notebook: dict[str, Any], code: dict[str, str], strings: dict[str, str] | None = None
+) -> list[str]:
+    """The comments, docstrings and hints a learner reads in the student notebook (not the
+    solutions, not the hidden tests) that ``code`` does not translate (nor, for a hint, the
+    catalogue's ``strings``), once each."""
+    found: dict[str, None] = {}
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            for piece in code_i18n.shown_pieces(_source(cell)):
+                if code_i18n.lookup(piece, code, strings) is None:
+                    found.setdefault(piece.key)
+    return list(found)
 
 
 def code_strings(notebook: dict[str, Any]) -> set[str]:
@@ -321,7 +381,7 @@ def glossary_hits(terms: list[dict[str, Any]], lang: str, text: str) -> list[str
 
 
 def glossary_problems(terms: list[dict[str, Any]], lang: str, catalogue: dict[str, Any]) -> list[str]:
-    """Every cell and string of a catalogue that uses a variant the glossary rejects."""
+    """Every cell, string and code text of a catalogue that uses a variant the glossary rejects."""
     found = [
         f"cell {cid}: {hit}"
         for cid, entry in catalogue.get("cells", {}).items()
@@ -331,6 +391,12 @@ def glossary_problems(terms: list[dict[str, Any]], lang: str, catalogue: dict[st
     found += [
         f"string {english[:40]!r}: {hit}"
         for english, translated in strings.items()
+        if isinstance(translated, str)
+        for hit in glossary_hits(terms, lang, translated)
+    ]
+    found += [
+        f"code {english[:40]!r}: {hit}"
+        for english, translated in catalogue.get("code", {}).items()
         if isinstance(translated, str)
         for hit in glossary_hits(terms, lang, translated)
     ]

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helpers._records import KINDS, MAX_DEPTH, MAX_ELEMENTS, MAX_RECORD_BYTES, compare
-from helpers.checks import expected_text
+from helpers.checks import expected_text, type_note
 from helpers.i18n import LANGUAGES, text_in, tr_in
 
-from .. import prune, syntax
+from .. import code_i18n, prune, syntax
 from ..i18n import notebook_language, set_language_parameter
 from . import measured
 from .hidden import split_hidden, strip_expectations
@@ -311,7 +311,8 @@ def _test_cell_notes(
             notes.append(
                 f"test cell {gid} was turned into {cell.get('cell_type')}; the original tests were run"
             )
-        elif _source(cell).strip() != _source(released[gid]).strip():
+        elif code_i18n.skeleton(_source(cell)) != code_i18n.skeleton(_source(released[gid])):
+            # only the code counts: a translated edition's test cell differs in its comments and hints
             notes.append(f"test cell {gid} was edited; the original tests were run")
     return notes
 
@@ -384,7 +385,8 @@ _STATUSES = ("ok", "error", "died", "skipped")
 _RESULT_TEXT = ("ename", "evalue", "text", "records_overflow", "notebook_cap")
 _MAX_FIELD_CHARS = 10_000  # a label, a hint, a helper's name, an error message in one record
 _CHECK_FIELDS = frozenset({"what", "kind", "rtol", "atol", "value", "error"})
-_VISIBLE_FIELDS = frozenset({"event", "what", "ok", "shown", "hint", "none", "got"})
+_VISIBLE_FIELDS = frozenset({"event", "what", "ok", "shown", "hint", "none", "got", "type", "family"})
+_TYPE_CHARS = 40  # helpers.checks.TYPE_CHARS: a type name the checks send
 _GOT_CHARS = 60  # helpers.checks.GOT_CHARS: a longer 'got' is not the checks' and is not shown
 _SHOWN_FIELDS = frozenset({"kind", "expected", "rtol"})
 _BLOCKED_FIELDS = frozenset({"event", "helper"})
@@ -422,6 +424,17 @@ def _number_problem(fields: dict[str, Any], name: str) -> str | None:
         return f"its '{name}' is {_type_name(value)}, not a number"
     finite = value.bit_length() <= 1024 if type(value) is int else value - value == 0  # not nan, not inf
     return None if finite and value >= 0 else f"its '{name}' is not a finite number ≥ 0"
+
+
+def _type_problem(fields: dict[str, Any], key: str) -> str | None:
+    """A visible check's ``type`` (the answer's type) or ``family`` (its kind: "number",
+    "list", "str" or a type name): an ASCII identifier of at most ``_TYPE_CHARS`` characters."""
+    if key not in fields:
+        return None
+    value = fields[key]
+    if type(value) is not str or not (value.isidentifier() and value.isascii() and len(value) <= _TYPE_CHARS):
+        return f"its {key!r} is not a type name"
+    return None
 
 
 def _got_problem(fields: dict[str, Any]) -> str | None:
@@ -535,6 +548,8 @@ def _valid_event(event: Any) -> str | None:
             else _bool_problem(event, "ok", required=True)
             or _bool_problem(event, "none")
             or _got_problem(event)
+            or _type_problem(event, "type")
+            or _type_problem(event, "family")
             or _text_problem(event, "what")
             or _text_problem(event, "hint")
             or _shown_problem(event)
@@ -633,19 +648,26 @@ def feedback(
         if said[i].get("ok") is True:
             lines.append(f"✓ {label}")
             continue
-        expected = expected_text(want.get("shown") or {}, lang)
-        if isinstance(said[i].get("got"), str):  # the learner's own answer, as the notebook showed it
+        shown = want.get("shown") or {}
+        expected = expected_text(shown, lang)
+        got, got_type = said[i].get("got"), said[i].get("type")
+        if isinstance(got, str):  # the learner's own answer, as the notebook showed it
+            if shown.get("kind") == "type" and isinstance(got_type, str):  # of_type: name its type
+                got = tr_in(
+                    lang, "{kind}: {value}", kind=tr_in(lang, "a `{name}`", name=got_type).strip(), value=got
+                )
             line = tr_in(
-                lang,
-                "✗ {what}: expected {expected}, got {got}.",
-                what=label,
-                expected=expected,
-                got=said[i]["got"],
+                lang, "✗ {what}: expected {expected}, got {got}.", what=label, expected=expected, got=got
             )
         else:
             line = tr_in(lang, "✗ {what}: expected {expected}.", what=label, expected=expected)
         if said[i].get("none") is True:
             line += tr_in(lang, " Did your function `return` its result?")
+        elif shown.get("kind") in ("close", "equal", "at_most") and isinstance(got_type, str):
+            # a string where a number is asked: both types, as the notebook says them
+            want_family, have_family = want.get("family"), said[i].get("family")
+            if isinstance(want_family, str) and isinstance(have_family, str):
+                line += type_note(want_family, have_family, got_type, lang)
         if want.get("hint"):
             line += tr_in(lang, "\n  Hint: {hint}", hint=text_in(lang, str(want["hint"])))
         lines.append(("CheckFailed: " if failing and i == len(said) - 1 else "") + line)

@@ -115,7 +115,12 @@ def _validate(template: ChapterTemplate, exam, execution) -> dict[str, list[dict
                 )
         # what the visible checks said, for the feedback the grader writes (exam.feedback)
         reference[cell.grade_id + VISIBLE] = [
-            {"what": e.get("what", ""), "shown": e.get("shown", {}), "hint": e.get("hint", "")}
+            {
+                "what": e.get("what", ""),
+                "shown": e.get("shown", {}),
+                "hint": e.get("hint", ""),
+                **({"family": e["family"]} if isinstance(e.get("family"), str) else {}),
+            }
             for e in visible_events(shown)
         ]
         checks = check_records(record)
