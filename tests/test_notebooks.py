@@ -186,6 +186,11 @@ NOT_OURS = re.compile(
     r"|NVTX functions not installed|CUDA out of memory"
     r"|runs per measurement|Interquartile range|environmental influence|system fluctuation"
     r"|site-packages/\S+\.py:\d+: \w*Warning"
+    # matplotlib's text/plain stand-in for a figure, shown only where its image cannot be
+    r"|^<Figure size \d+x\d+ with \d+ Axes>$"
+    # PyTorch's repr of an object printed inside its own report (torch.utils.benchmark)
+    r"|^<[\w.]+ object at 0x[0-9a-f]+>$"
+    r"|^\s+IQR:\s+[\d.]+ [mµn]?s \("
 )
 
 
