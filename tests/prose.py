@@ -80,7 +80,7 @@ NAMES = frozenset(
     "python pytorch torch nvidia intel amd arm apple google colab jupyter jupyterlab binder modelscope "
     "hopper ampere blackwell ada volta turing grace xeon epyc gaudi triton inductor dynamo "
     "megatron deepspeed torchao torchtune transformer engine flashattention gloo nccl linux helpers "
-    "llama mixtral gopher".split()  # the last three: names of language models
+    "nsys llama mixtral gopher".split()  # nsys: the Nsight Systems command; then language models
 )
 
 
