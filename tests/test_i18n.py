@@ -490,8 +490,8 @@ def test_a_label_inside_a_printed_line_is_translated_too():
         "12.3 ms, sum on device 12.2 ms per call (medians), 1 CPU thread on cpu."
     )
     shown = i18n.text_in("zh", line)
-    assert "在设备上求和 与 每步调用 .item()" in shown  # labels as whole fields
-    assert "每步调用 .item() 12.3 ms" in shown  # a label followed by its value
+    assert "在设备上求和 与 每个训练步都调用 .item()" in shown  # labels as whole fields
+    assert "每个训练步都调用 .item() 12.3 ms" in shown  # a label followed by its value
     assert "sum on device" not in shown and "every step" not in shown
     ops = i18n.text_in(
         "zh", "softmax (max, subtract, exp, sum, divide)     :  1.25 FLOP/B (0.42% of the H100 bf16 ridge)"

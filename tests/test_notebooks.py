@@ -201,6 +201,17 @@ NOT_OURS = re.compile(
     r"|NVTX functions not installed|CUDA out of memory"
     r"|runs per measurement|Interquartile range|environmental influence|system fluctuation"
     r"|site-packages/\S+\.py:\d+: \w*Warning"
+    # matplotlib's text/plain stand-in for a figure, shown only where its image cannot be
+    r"|^<Figure size \d+x\d+ with \d+ Axes>$"
+    # PyTorch's repr of an object printed inside its own report (torch.utils.benchmark)
+    r"|^<[\w.]+ object at 0x[0-9a-f]+>$"
+    r"|^\s+IQR:\s+[\d.]+ [mµn]?s \("
+    # the rest of a shell command the course prints over several lines (options, `else`, `fi`)
+    r"|^\s+--[\w-]+(=\S+)?( \S+)* \\$|^\s+(else|fi'?)$"
+    # a row of PyTorch's profiler table (key_averages().table(): name, then its percentages)
+    r"|^\s+\S+\s+[\d.]+%\s+[\d.]+[mun]?s\s+[\d.]+%"
+    # Nsight Systems' own names of copies, in its reports
+    r"|\[CUDA mem(cpy|set)[^\]]*\]|\b(Host|Device)-to-(Host|Device)\b"
 )
 
 
