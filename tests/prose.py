@@ -79,7 +79,9 @@ def _outside_code_blocks(lines: list[str]) -> list[str]:
 NAMES = frozenset(
     "python pytorch torch nvidia intel amd arm apple google colab jupyter jupyterlab binder modelscope "
     "hopper ampere blackwell ada volta turing grace xeon epyc gaudi triton inductor dynamo "
-    "megatron deepspeed torchao torchtune transformer engine flashattention gloo nccl linux helpers".split()
+    "megatron deepspeed torchao torchtune transformer engine flashattention gloo nccl linux helpers "
+    # people's names, as a Chinese text writes them ("Kahan 求和", "Korthikanti 等人的公式")
+    "kahan korthikanti".split()
 )
 
 

@@ -186,6 +186,8 @@ NOT_OURS = re.compile(
     r"|NVTX functions not installed|CUDA out of memory"
     r"|runs per measurement|Interquartile range|environmental influence|system fluctuation"
     r"|site-packages/\S+\.py:\d+: \w*Warning"
+    # matplotlib's text stand-in for a figure that is shown as an image
+    r"|^<Figure size \d+x\d+ with \d+ Axes>$"
 )
 
 
