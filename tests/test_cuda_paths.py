@@ -803,7 +803,41 @@ def test_chapter_10_takes_nccl_only_with_a_gpu_per_rank(monkeypatch):
     assert table.device == "cpu" and table.backend == "gloo" and len(table.rows) == 3
 
 
+def test_find_syncs_lists_each_synchronizing_line_on_a_gpu(monkeypatch):
+    """With a GPU visible the sync debug mode is switched on around ``fn`` and back to what it
+    was; each of PyTorch's sync warnings is listed with its line (the warning is raised here as
+    c10 raises it, since no CUDA runtime runs on this machine)."""
+    import warnings
+
+    from helpers import nvtx
+
+    FakeGPU().install(monkeypatch)
+    modes = []
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+
+    def step():
+        warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)  # this line
+        warnings.warn("some other warning", UserWarning, stacklevel=1)
+
+    report = nvtx.find_syncs(step, device="cuda")
+    assert report.checked and modes == ["warn", 0]
+    assert len(report.syncs) == 1 and report.syncs[0][0].startswith("test_cuda_paths.py:")
+
+
+def test_nsys_cuda_switches_are_only_arguments():
+    """The nsys switches that name CUDA are text for the command line: nothing runs on a GPU."""
+    from helpers.nsys._commands import extra_options
+
+    assert extra_options(cuda_graph_trace="node", cuda_memory_usage=True) == [
+        "--cuda-graph-trace=node",
+        "--cuda-memory-usage=true",
+    ]
+
+
 COVERED = {  # function -> the test(s) above that exercise its CUDA branch
+    "nvtx._syncdebug.find_syncs": "test_find_syncs_lists_each_synchronizing_line_on_a_gpu",
+    "nsys._commands.extra_options": "test_nsys_cuda_switches_are_only_arguments",
     "distributed._launch.pick_device": "test_chapter_10_takes_nccl_only_with_a_gpu_per_rank",
     "distributed._fsdp._common": "test_chapter_10_takes_nccl_only_with_a_gpu_per_rank",
     "distributed._collectives.measure_collectives": "test_chapter_10_takes_nccl_only_with_a_gpu_per_rank",

@@ -198,7 +198,7 @@ def test_pick_device_takes_nccl_only_with_one_gpu_per_rank(monkeypatch, asked, g
         pick_device("tpu")
 
 
-def test_the_torchrun_command_rendezvous_on_loopback_and_checks_its_options(tmp_path):
+def test_the_torchrun_command_rendezvous_on_loopback_and_checks_its_options(tmp_path, monkeypatch):
     from helpers.distributed._torchrun import torchrun_command
 
     command = torchrun_command(tmp_path, nproc=3, steps=2)
@@ -206,6 +206,11 @@ def test_the_torchrun_command_rendezvous_on_loopback_and_checks_its_options(tmp_
     assert command[-3:] == ["fsdp", f"--out={tmp_path}", "--steps=2"]
     with pytest.raises(ValueError, match="unknown option 'lr'"):
         torchrun_command(tmp_path, lr=3)
+    # torch installed without its scripts (a .pth, as some runtimes do): torch's own module
+    monkeypatch.setattr("shutil.which", lambda *a, **k: None)
+    import sys
+
+    assert torchrun_command(tmp_path)[:3] == [sys.executable, "-m", "torch.distributed.run"]
     with pytest.raises(ValueError, match="positive whole number"):
         torchrun_command(tmp_path, nproc=0)
 

@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT
 
 from helpers import bench, checks, i18n
+from trainperf import build as course_build
 from trainperf import i18n as course_i18n
 
 matplotlib.use("Agg")
@@ -359,7 +360,7 @@ def test_the_glossary_check_scans_the_readme_the_site_and_the_check_messages(mon
     from trainperf import build, site
     from trainperf import i18n as course_i18n
 
-    texts = course_i18n.learner_texts(ROOT, "zh")
+    texts = course_build.learner_texts(ROOT, "zh")
     assert texts["README.zh.md"] == (ROOT / "README.zh.md").read_text(encoding="utf-8")
     shown = {k.removeprefix("src/trainperf/site.py "): v for k, v in texts.items() if "site.py" in k}
     assert shown["TEXT['zh']['intro']"] == site.TEXT["zh"]["intro"]
@@ -377,7 +378,7 @@ def test_the_glossary_check_scans_the_readme_the_site_and_the_check_messages(mon
     assert not [p for p in problems if "site.py" not in p], problems  # the rest of the course follows it
 
     (tmp_path / "README.zh.md").write_text("峰值来自规格书", encoding="utf-8")
-    texts = course_i18n.learner_texts(tmp_path, "zh")
+    texts = course_build.learner_texts(tmp_path, "zh")
     terms = course_i18n.load_glossary(ROOT, "zh")
     assert course_i18n.glossary_hits(terms, "zh", texts["README.zh.md"]) == [
         "uses '规格书' (the glossary says 数据手册 for datasheet)"

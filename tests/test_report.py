@@ -1038,3 +1038,24 @@ def test_a_change_reverted_for_memory_is_tried_again_when_the_run_fits():
     assert [r["name"] for r in rows][:2] == ["checkpoint", "workers"]
     assert rows[0]["reason"] == "fits now" and rows[1]["decision"] == "keep"
     assert "again, on a configuration that has changed" in rows[1]["why"]
+
+
+def test_git_answers_for_the_provenance(tmp_path):
+    """The one git call the report's commit line makes: what git prints, stripped; an
+    uncommitted edit shows in `status`."""
+    import subprocess
+
+    from helpers.report.provenance import _git
+
+    def run(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    run("init", "-q")
+    (tmp_path / "a.txt").write_text("1")
+    run("add", "a.txt")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    sha = _git(tmp_path, "rev-parse", "--short", "HEAD")
+    assert sha and len(sha) >= 7 and sha == sha.strip()
+    assert _git(tmp_path, "status", "--porcelain", "--untracked-files=no") == ""
+    (tmp_path / "a.txt").write_text("2")
+    assert _git(tmp_path, "status", "--porcelain", "--untracked-files=no") == "M a.txt"

@@ -361,7 +361,7 @@ def of_type(
     ``expected_type`` (a tuple: any of them); a dict holding every one of ``keys`` (with
     ``only``, no other key); a sequence of ``length`` items. A failure names the type, the
     keys or the length the answer has, so a list where a dict is asked says so."""
-    _flag(quiet=quiet)
+    _flag(quiet=quiet, only=only)
     __tracebackhide__ = True
     types_ = expected_type if isinstance(expected_type, tuple) else (expected_type,)
     shown = {"kind": "type", "expected": ", ".join(t.__name__ for t in types_)}

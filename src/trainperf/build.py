@@ -19,10 +19,25 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import i18n, readme
+from . import i18n, readme, site
 from .course import RUN_OUTPUTS, chapter_notebook, chapters, generate, make_scratch_course
 
 README_LANGUAGE = "zh"  # the language whose progress the READMEs' chapter tables show
+
+
+def learner_texts(root: Path, lang: str) -> dict[str, str]:
+    """What else a learner reads in ``lang`` besides the catalogues, by where it comes from:
+    the README in that language, the website's strings (``src/trainperf/site.py``) and the
+    status words ``trainperf build`` writes into the README's chapter table."""
+    texts = {}
+    path = root / f"README.{lang}.md"
+    if path.is_file():
+        texts[path.name] = path.read_text(encoding="utf-8")
+    texts.update({f"src/trainperf/site.py {name}": text for name, text in site.shown_strings(lang).items()})
+    for name, (_, words) in readme.READMES.items():
+        if name == path.name:
+            texts.update({f"src/trainperf/readme.py {name} {state!r}": text for state, text in words.items()})
+    return texts
 
 
 def _run_output(path: Path) -> bool:
@@ -133,7 +148,7 @@ def catalogue_state(root: Path, lang: str, check: bool) -> tuple[list[str], dict
     if helpers is not None:  # the helpers' messages: check messages, the grader's feedback, ...
         shown = {"strings": {**helpers["messages"], **helpers["lines"]}}
         found += [f"{rel}: {problem}" for problem in i18n.glossary_problems(terms, lang, shown)]
-    for name, text in i18n.learner_texts(root, lang).items():  # the README, the website
+    for name, text in learner_texts(root, lang).items():  # the README, the website
         found += [f"{name}: {hit}" for hit in i18n.glossary_hits(terms, lang, text)]
     target = i18n.strings_path(root, lang)
     text = i18n.strings_file(lang, merged, helpers)

@@ -337,23 +337,6 @@ def glossary_problems(terms: list[dict[str, Any]], lang: str, catalogue: dict[st
     return found
 
 
-def learner_texts(root: Path, lang: str) -> dict[str, str]:
-    """What else a learner reads in ``lang`` besides the catalogues, by where it comes from:
-    the README in that language, the website's strings (``src/trainperf/site.py``) and the
-    status words ``trainperf build`` writes into the README's chapter table."""
-    from . import readme, site
-
-    texts = {}
-    path = root / f"README.{lang}.md"
-    if path.is_file():
-        texts[path.name] = path.read_text(encoding="utf-8")
-    texts.update({f"src/trainperf/site.py {name}": text for name, text in site.shown_strings(lang).items()})
-    for name, (_, words) in readme.READMES.items():
-        if name == path.name:
-            texts.update({f"src/trainperf/readme.py {name} {state!r}": text for state, text in words.items()})
-    return texts
-
-
 # --------------------------------------------------------------------------- the stub
 
 #: What an exercise's stub raises in a student notebook (grader/nbgrader_config.py), in English.

@@ -28,11 +28,13 @@ FSDP_DEFAULTS = {"layers": 4, "width": 256, "batch": 32, "steps": 3}
 
 def torchrun_command(out_dir: str | Path, nproc: int = 2, **options: Any) -> list[str]:
     """The command line that records FSDP with ``nproc`` ranks under torchrun (a list, for
-    :mod:`subprocess`; join it with spaces to type it in a shell)."""
+    :mod:`subprocess`; join it with spaces to type it in a shell). The ``torchrun`` script
+    beside this Python or on the PATH; where there is none (torch installed without its
+    scripts), the same launcher as ``python -m torch.distributed.run``."""
     (nproc,) = count(nproc=nproc)
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
+    found = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
     args = [
-        torchrun,
+        *([found] if found else [sys.executable, "-m", "torch.distributed.run"]),
         f"--nproc-per-node={nproc}",
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=127.0.0.1:0",  # port 0: torchrun picks a free one on the loopback address

@@ -29,6 +29,7 @@ import torch
 
 from .. import models
 from .._validate import count, unknown
+from .._validate import flag as _flag
 from ._scaling import fp8_max, saturating_cast
 
 #: Per product, per operand: (scaled along which dim of the operand, or None for one scale per
@@ -63,6 +64,7 @@ def scaled_fp8(
     slice along ``dim`` (``dim=1`` on a 2-D tensor: one per row, from the row's amax), read back
     as float32. ``power_of_two`` rounds each scale down to a power of two, as torchao's rowwise
     recipes do (``round_scales_to_power_of_2``). Saturating cast; an all-zero slice gets scale 1."""
+    _flag(power_of_two=power_of_two)
     x = x.detach().float()
     amax = x.abs().amax() if dim is None else x.abs().amax(dim=dim, keepdim=True)
     scale = torch.where(amax > 0, fp8_max(dtype) / amax.clamp_min(torch.finfo(torch.float32).tiny), 1.0)

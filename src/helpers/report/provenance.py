@@ -45,31 +45,27 @@ def _command() -> str:
     return " ".join(["python", argv0, *sys.argv[1:]]) if argv0.endswith(".py") else " ".join(sys.argv)
 
 
+def _git(folder: Path, *args: str) -> str | None:
+    """What ``git -C folder args`` prints, stripped; None when git did not answer."""
+    try:
+        out = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip()
+
+
 def _commit() -> str:
     """The checkout's commit where the course runs from a git clone; else how it was installed."""
     here = Path(__file__).resolve()
     for folder in here.parents:
         if (folder / ".git").exists():
-            try:
-                out = subprocess.run(
-                    ["git", "-C", str(folder), "rev-parse", "--short", "HEAD"],
-                    capture_output=True,
-                    text=True,
-                    timeout=5,
-                )
-            except (OSError, subprocess.TimeoutExpired):
+            sha = _git(folder, "rev-parse", "--short", "HEAD")
+            if sha is None:
                 return "a git checkout (commit unknown: git did not answer)"
-            sha = out.stdout.strip()
             if not sha:
                 return "a git checkout (commit unknown)"
-            try:
-                dirty = subprocess.run(
-                    ["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
-                    capture_output=True,
-                    text=True,
-                    timeout=5,
-                ).stdout.strip()
-            except (OSError, subprocess.TimeoutExpired):
+            dirty = _git(folder, "status", "--porcelain", "--untracked-files=no")
+            if dirty is None:
                 return f"{sha} (not known whether the tree had uncommitted changes)"
             # numbers measured from a tree with edits are not reproducible from the commit alone
             return f"{sha} + uncommitted changes" if dirty else sha
