@@ -80,7 +80,9 @@ NAMES = frozenset(
     "python pytorch torch nvidia intel amd arm apple google colab jupyter jupyterlab binder modelscope "
     "hopper ampere blackwell ada volta turing grace xeon epyc gaudi triton inductor dynamo "
     "megatron deepspeed torchao torchtune transformer engine flashattention gloo nccl linux helpers "
-    "nsys llama mixtral gopher".split()  # nsys: the Nsight Systems command; then language models
+    "nsys llama mixtral gopher "  # nsys: the Nsight Systems command; then language models
+    # people's names, as a Chinese text writes them ("Kahan 求和", "Korthikanti 等人的公式")
+    "kahan korthikanti".split()
 )
 
 

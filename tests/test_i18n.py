@@ -435,6 +435,47 @@ def test_the_chinese_student_notebooks_stub_says_it_in_chinese():
     assert course_i18n.STUB in (ROOT / "grader/nbgrader_config.py").read_text(encoding="utf-8")
 
 
+def test_the_memory_explorer_shows_its_choices_in_chinese_and_keeps_their_values():
+    from helpers import memory
+
+    i18n.set_language("zh")
+    mem = memory.MemoryExplorer()
+    # the labels a learner reads are Chinese; the values the estimate takes stay the English ones
+    assert [value for _, value in mem.recompute.options] == ["none", "selective", "full"]
+    assert [label for label, _ in mem.recompute.options] == [
+        MESSAGES[m] for m in ("none", "selective", "full")
+    ]
+    assert [value for _, value in mem.attention.options] == ["fused", "unfused"]
+    title = mem._title()
+    assert MESSAGES["bf16 mixed"] in title and MESSAGES["fused"] + " 注意力" in title
+    assert "bf16 mixed" not in title and "none" not in title.split("·")[-1]
+    mem.recompute.value = "full"  # a value, as the code passes it, still selects the control
+    assert MESSAGES["full"] in mem._title()
+    i18n.set_language("en")
+    assert memory.MemoryExplorer()._title().endswith("fused attention · recompute none")
+
+
+def test_chapter_5_and_6_tables_show_their_row_names_in_chinese():
+    from helpers import memory
+
+    i18n.set_language("zh")
+    ledger = memory.model_state_bytes(1_000_000, "adamw", True).format("GiB").splitlines()
+    shown = [i18n.text(line) for line in ledger[1:]]
+    names = ["参数", "梯度", "优化器状态", "主权重", "合计"]
+    assert [line.split()[0] for line in shown] == names
+    # the numbers are the English line's, the bytes per parameter named in Chinese
+    for english, chinese in zip(ledger[1:], shown, strict=True):
+        assert english.split()[1] in chinese and "每参数" in chinese and "B/param" not in chinese
+    from helpers.checkpointing._practice import Measured
+
+    base = Measured("none", 2 << 20, 4 << 20, 10**9)
+    for name, chinese in [("none", "不做检查点"), ("every block", "每个块"), ("every sub-layer", "每个子层")]:
+        row = i18n.text(Measured(name, 1 << 20, 3 << 20, 12 * 10**8).row(base))
+        assert row.startswith(chinese) and "50%" in row and "1.200x" in row and "none" not in row
+    verdict = "0.84x [0.79, 0.90] slower (none 30.78 ms, selective 36.60 ms)"
+    assert i18n.text(verdict) == "0.84x [0.79, 0.90] 更慢（none 30.78 ms，selective 36.60 ms）"
+
+
 def test_printed_lines_reach_a_chinese_notebook_translated(monkeypatch):
     import sys
 

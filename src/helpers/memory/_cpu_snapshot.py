@@ -23,6 +23,21 @@ from .._validate import count as _count
 from ..i18n import tr
 
 
+def _category(name: str) -> str:
+    """A category of PyTorch's memory profiler (torch's own lower-case name) as the learner
+    reads it; a name without a translation here is shown as torch writes it."""
+    shown = {
+        "before the step": tr("before the step"),
+        "activation": tr("activation"),
+        "input": tr("input"),
+        "temporary": tr("temporary"),
+        "gradient": tr("gradient"),
+        "parameter": tr("parameter"),
+        "unknown": tr("unknown"),
+    }
+    return shown.get(name, name)
+
+
 @dataclass
 class CpuSnapshot:
     """What :func:`cpu_snapshot` recorded, and where it wrote it."""
@@ -38,10 +53,8 @@ class CpuSnapshot:
     snapshot: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def format(self) -> str:
-        before = tr("before the step")  # the other categories are torch's own names
         parts = ", ".join(
-            f"{before if k == 'before the step' else k} {v / 2**20:.2f}"
-            for k, v in sorted(self.at_peak.items(), key=lambda kv: -kv[1])
+            f"{_category(k)} {v / 2**20:.2f}" for k, v in sorted(self.at_peak.items(), key=lambda kv: -kv[1])
         )
         lines = [
             tr(

@@ -307,6 +307,25 @@ def _part(key: str, autocast: bool = False) -> str:
     return names.get(key, key.replace("_", " "))
 
 
+def _control_labels() -> dict[str, str]:
+    """The explorer's choices as the learner reads them (a Chinese notebook shows them in
+    Chinese); the values the code passes to :func:`estimate` stay the English ones."""
+    return {
+        "bf16 mixed": tr("bf16 mixed"),
+        "fused": tr("fused"),
+        "unfused": tr("unfused"),
+        "none": tr("none"),
+        "selective": tr("selective"),
+        "full": tr("full"),
+    }
+
+
+def _options(values: list[str]) -> list[tuple[str, str]]:
+    """A dropdown's (label, value) pairs: the label in the notebook's language."""
+    shown = _control_labels()
+    return [(shown.get(v, v), v) for v in values]
+
+
 class MemoryExplorer:
     """Model, batch, sequence, micro-steps, precision, optimizer, ZeRO and recompute, against a
     GPU's memory.
@@ -328,7 +347,7 @@ class MemoryExplorer:
         self.model = w.Dropdown(options=list(self._presets), value=model, description=tr("model"), **dd)
         self.gpu = w.Dropdown(options=list(hardware.DEVICES), value=spec.name, description="GPU", **dd)
         self.precision = w.Dropdown(
-            options=["bf16 mixed", "fp32"], value="bf16 mixed", description=tr("precision"), **dd
+            options=_options(["bf16 mixed", "fp32"]), value="bf16 mixed", description=tr("precision"), **dd
         )
         self.optimizer = w.Dropdown(
             options=list(OPTIMIZER_STATES), value="adamw", description=tr("optimizer"), **dd
@@ -336,9 +355,11 @@ class MemoryExplorer:
         self.impl = w.Dropdown(
             options=list(OPTIMIZER_IMPLS), value="foreach", description=tr("AdamW step"), **dd
         )
-        self.recompute = w.Dropdown(options=list(RECOMPUTE), value="none", description=tr("recompute"), **dd)
+        self.recompute = w.Dropdown(
+            options=_options(list(RECOMPUTE)), value="none", description=tr("recompute"), **dd
+        )
         self.attention = w.Dropdown(
-            options=["fused", "unfused"], value="fused", description=tr("attention"), **dd
+            options=_options(["fused", "unfused"]), value="fused", description=tr("attention"), **dd
         )
         self.batch = w.SelectionSlider(
             options=[2**i for i in range(9)], value=batch, description=tr("batch"), **dd
@@ -410,6 +431,7 @@ class MemoryExplorer:
         )
 
     def _title(self) -> str:
+        shown = _control_labels()
         return tr(
             "{model} · batch {batch} × seq {seq} × {accum} micro-steps · {precision} · {optimizer} "
             "({impl} step) · ZeRO-{stage} × {dp} ranks · {attention} attention · recompute {recompute}",
@@ -417,13 +439,13 @@ class MemoryExplorer:
             batch=self.batch.value,
             seq=self.seq.value,
             accum=self.accum.value,
-            precision=self.precision.value,
+            precision=shown.get(self.precision.value, self.precision.value),
             optimizer=self.optimizer.value,
             impl=self.impl.value,
             stage=self.stage.value,
             dp=self.dp.value,
-            attention=self.attention.value,
-            recompute=self.recompute.value,
+            attention=shown.get(self.attention.value, self.attention.value),
+            recompute=shown.get(self.recompute.value, self.recompute.value),
         )
 
     def figure(self) -> Any:
@@ -431,11 +453,12 @@ class MemoryExplorer:
 
         spec = hardware.get_device(self.gpu.value)
         bars = {mode: self.current(mode) for mode in RECOMPUTE}
+        shown = _control_labels()
         fig, ax = plt.subplots(figsize=(8.4, 4.2), layout="constrained")
         plot_estimates(
-            {tr("recompute") + f"\n{m}": v for m, v in bars.items()},
+            {tr("recompute") + f"\n{shown.get(m, m)}": v for m, v in bars.items()},
             gpu_capacity_bytes(spec.name),
-            highlight=tr("recompute") + f"\n{self.recompute.value}",
+            highlight=tr("recompute") + f"\n{shown.get(self.recompute.value, self.recompute.value)}",
             capacity_label=f"{spec.name}: {spec.memory_gb:g} GiB",
             ax=ax,
             title=self._title(),

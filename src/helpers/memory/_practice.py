@@ -25,7 +25,7 @@ from .. import models
 from .._validate import count as _count
 from .._validate import unknown
 from ..hardware import HOST_LINKS
-from ..i18n import tr
+from ..i18n import text, tr
 
 _UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 _NUMBER = r"([\d.]+)\s*(B|KiB|MiB|GiB|TiB)"
@@ -188,7 +188,7 @@ class OffloadCost:
                 tr(
                     "{model}, recompute {recompute!r}, {link}; compute at the {gpu} bf16 peak: {compute} "
                     "(forward {forward}; no step is faster)",
-                    model=self.model,
+                    model=text(self.model),
                     recompute=self.recompute,
                     link=self.link,
                     gpu=self.gpu,
@@ -214,7 +214,7 @@ class OffloadCost:
                     "  then the host AdamW ({traffic:.1f} GB of memory traffic, {host}: {step}) and the "
                     "parameters up ({up}): +{total} a step unless the update is delayed a step",
                     traffic=HOST_ADAMW_BYTES * self.zero_offload_gpu_bytes_freed / 12 / 1e9,
-                    host=self.host_memory,
+                    host=text(self.host_memory),
                     step=ms(self.host_step_seconds),
                     up=ms(self.parameter_seconds),
                     total=ms(self.host_step_seconds + self.parameter_seconds),
