@@ -79,7 +79,8 @@ def _outside_code_blocks(lines: list[str]) -> list[str]:
 NAMES = frozenset(
     "python pytorch torch nvidia intel amd arm apple google colab jupyter jupyterlab binder modelscope "
     "hopper ampere blackwell ada volta turing grace xeon epyc gaudi triton inductor dynamo "
-    "megatron deepspeed torchao torchtune transformer engine flashattention gloo nccl linux helpers".split()
+    "megatron deepspeed torchao torchtune transformer engine flashattention gloo nccl linux helpers "
+    "kahan".split()  # people: Kahan summation keeps its author's name in Chinese too
 )
 
 

@@ -415,7 +415,7 @@ def test_labels_built_with_f_strings_are_translated_through_their_template(monke
     fate = f"fate of {6.5e4:g} in fp16"
     assert i18n.text(fate) == "65000 在 fp16 中的结果"
     assert i18n.text("fate of  in fp16 and more") == "fate of  in fp16 and more"  # no field: no match
-    with pytest.raises(checks.CheckFailed, match="第一次溢出"):
+    with pytest.raises(checks.CheckFailed, match="第一次上溢"):
         checks.equal(3, 4, f"first overflow for amaxes {[1, 2]}, history {4}, {'max'}, margin {0}")
     # build: a catalogue key may be the f-string's template
     tree = __import__("ast").parse('x = f"scale for {dtype}, margin {m:.1f}"')
@@ -501,7 +501,7 @@ def test_a_label_inside_a_printed_line_is_translated_too():
         "max of 16, margin 3: 0 overflowing steps [], mean rel. error 0.0227, "
         "0.12% of values subnormal or zero",
     )
-    assert nested.startswith("history 16 取 max，margin 3：")
+    assert nested.startswith("取最近 16 步的最大值，余量 3：")
     plans = "t = 8, sequence parallel True : none    342 MiB   selective    102 MiB   full      6 MiB"
     assert i18n.text_in("zh", plans).endswith("none    342 MiB   selective    102 MiB   full      6 MiB")
 

@@ -180,7 +180,7 @@ def pytest_runtest_teardown(item):
 # prints for a shell, Python source it shows, PyTorch's own tables and messages (quoted inside
 # ours too), and a library's warning, which only some machines print.
 NOT_OURS = re.compile(
-    r"^\s*(exec\s+)?(nsys|python|torchrun|srun|pip|git)\s"
+    r"^\s*(exec\s+)?(\S*/)?(nsys|python|torchrun|srun|pip|git)\s"  # a command, maybe by its path
     r"|^\s*(def |return |if |for |\"\"\")|\"\"\"\s*$"
     r"|Self CPU|size mismatch at index|Failed to trace|Unsupported Tensor"
     r"|NVTX functions not installed|CUDA out of memory"

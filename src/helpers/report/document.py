@@ -50,9 +50,16 @@ RECORDED = {  # name -> file in helpers/data (see capstone_recorded_README.md)
 }
 
 
+#: Headers that are also words with another sense ("step" an axis, "faster" a verdict): another
+#: language names these columns by what they hold, through these catalogue keys.
+_HEADER_KEYS = {"step": "step (column: the configuration)", "faster": "faster (column: the verdict)"}
+
+
 def column_names() -> list[str]:
     """The table's header (:data:`COLUMNS`) in the current language."""
-    return [text(column) for column in COLUMNS]
+    if i18n.language() == "en":
+        return list(COLUMNS)
+    return [text(_HEADER_KEYS.get(column, column)) for column in COLUMNS]
 
 
 def _pct(x: float | None) -> str:
@@ -88,14 +95,14 @@ def table_row(row: dict[str, Any]) -> list[str]:
         f"{row['step_time_ms']:.2f} [{row['step_time_min_ms']:.2f}–{row['step_time_max_ms']:.2f}]",
         f"{row['samples_per_s']:,.1f}",
         _with_range(row["tokens_per_s"], row, "{:,.0f}"),
-        f"{row['memory_mb']:.2f} ({mem_kind})",
+        text(f"{row['memory_mb']:.2f} ({mem_kind})"),
         f"{row['loss']:.4f}",
         _with_range(row["mfu"], row, "{:.1%}"),
         _pct(row["hfu"]),
         "—" if delta is None or row.get("decision") == "baseline" else f"{delta:+.2f} ms",
         "—" if row.get("decision") == "baseline" else speed_cell(row),
         row["bottleneck"],
-        row.get("decision", ""),
+        text(row.get("decision", "")),  # keep / revert / baseline: words the reader reads
         _notes(row),
     ]
 
@@ -121,7 +128,7 @@ def speed_cell(row: dict[str, Any]) -> str:
         shown = f"{speed['speedup']:.2f}x, {speed['low']:.2f}–{speed['high']:.2f}"
         if speed.get("pairs") is not None and speed["pairs"] < min_pairs_for(0.95):
             return f"too few pairs to tell ({speed['pairs']}; range {speed['low']:.2f}–{speed['high']:.2f})"
-        return f"{speed['verdict']} ({shown})"
+        return f"{text(speed['verdict'])} ({shown})"
     if row.get("decision") in (None, "baseline"):
         return "—"
     return (
