@@ -145,10 +145,12 @@ def _not_ours(line: str) -> bool:
     from helpers.report import corpus
 
     text = line.strip()
+    quoted = re.findall(r"'([^']{8,})'", line)  # a sample of the corpus, shown as a str's repr
     return bool(
         NOT_OURS.search(line)
         or text.startswith(corpus.CORPUS_TITLE)
         or (len(text) > 8 and text in corpus.corpus_text())
+        or any(q in corpus.corpus_text() for q in quoted)
     )
 
 
@@ -186,6 +188,7 @@ NOT_OURS = re.compile(
     r"|NVTX functions not installed|CUDA out of memory"
     r"|runs per measurement|Interquartile range|environmental influence|system fluctuation"
     r"|site-packages/\S+\.py:\d+: \w*Warning"
+    r"|## Call CompiledFxGraph \w+ ##"  # the profiler's own name for a torch.compile graph
 )
 
 
