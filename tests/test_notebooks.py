@@ -145,12 +145,12 @@ def _not_ours(line: str) -> bool:
     from helpers.report import corpus
 
     text = line.strip()
-    quoted = re.findall(r"'([^']{8,})'", line)  # a sample of the corpus, shown as a str's repr
+    quoted = re.findall(r"'([^']*? [^']*)'", line)  # a sample of the corpus, shown as a str's repr
     return bool(
         NOT_OURS.search(line)
         or text.startswith(corpus.CORPUS_TITLE)
         or (len(text) > 8 and text in corpus.corpus_text())
-        or any(q in corpus.corpus_text() for q in quoted)
+        or any(len(q) >= 16 and q in corpus.corpus_text() for q in quoted)
     )
 
 

@@ -127,7 +127,9 @@ def speed_cell(row: dict[str, Any]) -> str:
     if speed:
         shown = f"{speed['speedup']:.2f}x, {speed['low']:.2f}–{speed['high']:.2f}"
         if speed.get("pairs") is not None and speed["pairs"] < min_pairs_for(0.95):
-            return f"too few pairs to tell ({speed['pairs']}; range {speed['low']:.2f}–{speed['high']:.2f})"
+            return text(
+                f"too few pairs to tell ({speed['pairs']}; range {speed['low']:.2f}–{speed['high']:.2f})"
+            )
         return f"{text(speed['verdict'])} ({shown})"
     if row.get("decision") in (None, "baseline"):
         return "—"
@@ -162,7 +164,7 @@ def format_row(row: dict[str, Any]) -> str:
             f"  vs {row.get('tried_on', 'previous')}: {vs['step_time_delta_ms']:+.2f} ms (medians); "
             f"interleaved: {verdict}"
             f"; loss curve gap {row['loss_gap']:.4f} nats (tolerance {row['loss_tolerance']:.4f})"
-            f" -> {row['decision'].upper()} ({row.get('reason', '')})"
+            f" -> {row['decision'].upper()} ({text(row.get('reason', ''))})"
         )
         if row.get("speed"):
             lines.append(f"  {row['speed']['sentence']}")
