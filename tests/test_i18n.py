@@ -416,7 +416,7 @@ def test_labels_built_with_f_strings_are_translated_through_their_template(monke
     fate = f"fate of {6.5e4:g} in fp16"
     assert i18n.text(fate) == "65000 在 fp16 中的结果"
     assert i18n.text("fate of  in fp16 and more") == "fate of  in fp16 and more"  # no field: no match
-    with pytest.raises(checks.CheckFailed, match="第一次溢出"):
+    with pytest.raises(checks.CheckFailed, match="第一次上溢"):
         checks.equal(3, 4, f"first overflow for amaxes {[1, 2]}, history {4}, {'max'}, margin {0}")
     # build: a catalogue key may be the f-string's template
     tree = __import__("ast").parse('x = f"scale for {dtype}, margin {m:.1f}"')
@@ -543,7 +543,7 @@ def test_a_label_inside_a_printed_line_is_translated_too():
         "max of 16, margin 3: 0 overflowing steps [], mean rel. error 0.0227, "
         "0.12% of values subnormal or zero",
     )
-    assert nested.startswith("history 16 取 max，margin 3：")
+    assert nested.startswith("取最近 16 步的最大值，余量 3：")
     plans = "t = 8, sequence parallel True : none    342 MiB   selective    102 MiB   full      6 MiB"
     assert i18n.text_in("zh", plans).endswith("none    342 MiB   selective    102 MiB   full      6 MiB")
 
@@ -600,3 +600,29 @@ def test_every_visible_check_label_and_hint_has_its_chinese():
                     if key and key not in table and prose.english_prose(key, kept, words=2):
                         missing.append(f"{chapter}: {key}")
     assert missing == []
+
+
+def test_verdicts_and_the_words_of_tables_reach_a_chinese_reader_as_words():
+    """A verdict alone is the verdict (更快), not the report's column that holds it; the report's
+    headers name what each column holds; the format table's words and DDP's verdicts are Chinese,
+    and English is unchanged."""
+    from helpers import precision
+    from helpers.report import document as report
+
+    english_header = report.column_names()
+    assert english_header[0] == "step" and english_header[10] == "faster"  # English as it was
+    rows = str(precision.format_table()).split("\n")
+    layout = next(r for r in rows if r.startswith("fp4_e2m1"))
+    e8m0 = next(r for r in rows if r.startswith("e8m0"))
+    assert layout.endswith("  bit layout") and " none " in e8m0
+    shown_layout, shown_e8m0 = i18n.text_in("zh", layout), i18n.text_in("zh", e8m0)
+    assert shown_layout == layout.replace("bit layout", "位布局")
+    assert "none" not in shown_e8m0 and "无" in shown_e8m0 and shown_e8m0.endswith("torch.finfo")
+    i18n.set_language("zh")
+    try:
+        header = report.column_names()
+        assert header[0] == "配置" and header[10] == "交错比较结论"
+        assert [i18n.text(v) for v in bench.VERDICTS] == ["更快", "更慢", "在噪声范围内"]
+        assert [i18n.text(d) for d in ("keep", "revert", "baseline")] == ["保留", "撤销", "基线"]
+    finally:
+        i18n.set_language("en")

@@ -159,10 +159,12 @@ def _not_ours(line: str) -> bool:
     from helpers.report import corpus
 
     text = line.strip()
+    quoted = re.findall(r"'([^']*? [^']*)'", line)  # a sample of the corpus, shown as a str's repr
     return bool(
         NOT_OURS.search(line)
         or text.startswith(corpus.CORPUS_TITLE)
         or (len(text) > 8 and text in corpus.corpus_text())
+        or any(len(q) >= 16 and q in corpus.corpus_text() for q in quoted)
     )
 
 
@@ -194,7 +196,7 @@ def pytest_runtest_teardown(item):
 # prints for a shell, Python source it shows, PyTorch's own tables and messages (quoted inside
 # ours too), and a library's warning, which only some machines print.
 NOT_OURS = re.compile(
-    r"^\s*(exec\s+)?(nsys|python|torchrun|srun|pip|git)\s"
+    r"^\s*(exec\s+)?(\S*/)?(nsys|python|torchrun|srun|pip|git)\s"  # a command, maybe by its path
     r"|^\s*(def |return |if |for |\"\"\")|\"\"\"\s*$"
     r"|Self CPU|size mismatch at index|Failed to trace|Unsupported Tensor"
     r"|ConstraintViolationError: (\d+ not in range \[|You marked )"
@@ -212,6 +214,7 @@ NOT_OURS = re.compile(
     r"|^\s+\S+\s+[\d.]+%\s+[\d.]+[mun]?s\s+[\d.]+%"
     # Nsight Systems' own names of copies, in its reports
     r"|\[CUDA mem(cpy|set)[^\]]*\]|\b(Host|Device)-to-(Host|Device)\b"
+    r"|## Call CompiledFxGraph \w+ ##"  # the profiler's own name for a torch.compile graph
 )
 
 

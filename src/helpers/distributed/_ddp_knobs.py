@@ -24,6 +24,7 @@ from typing import Any
 
 from .._validate import count, positive, unknown
 from ..bench._speed import SpeedComparison
+from ..i18n import text, tr
 from ..timeline import _schedule
 from ..timeline._ddp import record_ddp
 from ..timeline._load import load_trace
@@ -185,10 +186,10 @@ class BucketSweep:
         for r in self.rows:
             calls = "/".join(f"{c:g}" for c in sorted(set(r.allreduces_per_step)))
             if r.comparison is None:
-                verdict = "baseline"
+                verdict = tr("baseline")  # the verdict words are read, so they are translated
             else:
                 c = r.comparison
-                verdict = f"{c.speedup:.2f}x [{c.low:.2f}, {c.high:.2f}] {c.verdict}"
+                verdict = f"{c.speedup:.2f}x [{c.low:.2f}, {c.high:.2f}] {text(c.verdict)}"
             lines.append(
                 f"{r.label:<28}{len(r.ddp_bucket_bytes):>12}{calls:>12} | {ms(r.comm_s):>6}"
                 f"{ms(r.exposed_comm_s):>8} | {ms(r.model_comm_s):>11}{ms(r.model_exposed_s):>8} | "

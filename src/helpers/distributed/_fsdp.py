@@ -27,6 +27,7 @@ from typing import Any
 
 from .._validate import count, flag, positive, unknown
 from .._validate import flag as _flag
+from ..i18n import text
 from ._launch import pick_device, run_ranks
 from ._shards import ledger_share, rank_state_bytes
 
@@ -250,7 +251,8 @@ class FsdpRun:
         for key in ("parameters", "gradients", "optimizer_state", "total"):
             row = "".join(num(h[key]) for h in self.held) + num(ledger[key])
             row += "".join(num(e[key]) + num(p[key]) for e, p in zip(exact, padded, strict=True))
-            lines.append(f"{key:>24}" + row)
+            shown = key if "_" in key else text(key)  # a row name is read; optimizer_state is a key
+            lines.append(f"{shown:>24}" + row)
         after = "".join(num(h["unsharded_after_forward"]) for h in self.held)
         lines.append(f"{'unsharded after forward':>24}" + after)
         for r, per_step in enumerate(self.collectives):

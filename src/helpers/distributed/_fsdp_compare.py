@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._validate import count, positive, unknown
+from ..i18n import text, tr
 from ._compare import compare_settings, time_interleaved
 from ._fsdp import SETTING_KEYS, _build, _common, _data, _held_bytes, _setting, _train_step, _unsharded_bytes
 from ._launch import run_ranks
@@ -85,7 +86,9 @@ class FsdpComparison:
         ]
         for name, times in self.samples.items():
             c = self.comparisons.get(name)
-            speed = "baseline" if c is None else f"{c.speedup:.2f}x [{c.low:.2f}, {c.high:.2f}] {c.verdict}"
+            # the verdict words are read, so they are translated
+            verdict = tr("baseline") if c is None else text(c.verdict)
+            speed = verdict if c is None else f"{c.speedup:.2f}x [{c.low:.2f}, {c.high:.2f}] {verdict}"
             held = self.held[name]
             lines.append(
                 f"{name:<22}{statistics.median(times) * 1e3:9.2f}  {speed:<34}"

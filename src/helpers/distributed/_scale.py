@@ -93,7 +93,7 @@ class ScaleTable:
         ]
         for p in self.predictions:
             lines.append(
-                f"{p.strategy:<9}{p.world_size:>5}  {p.link:<26}{p.comm_s * 1e3:>10.4g}"
+                f"{p.strategy.upper():<9}{p.world_size:>5}  {p.link:<26}{p.comm_s * 1e3:>10.4g}"
                 f"{p.exposed_s * 1e3:>11.4g}{p.step_s * 1e3:>10.4g}{p.efficiency:>11.0%}"
                 f"{p.bytes_per_rank / 1e9:>8.3g}"
             )

@@ -102,7 +102,8 @@ def format_op_dtypes(rows: Sequence[OpDtype], cuda_lists: bool = False) -> str:
     lines = [f"{'op':<48} {'inputs':<30} output   calls{extra}", "-" * (92 + len(extra))]
     for r in rows:
         cuda = f"  {cuda_autocast_policy(r.op)}" if cuda_lists else ""
-        lines.append(f"{r.op:<48} {', '.join(r.inputs) or '-':<30} {r.output:<8} {r.calls:>5}{cuda}")
+        op = f"aten::{r.op}"  # the op's name as the dispatcher and the profiler write it
+        lines.append(f"{op:<48} {', '.join(r.inputs) or '-':<30} {r.output:<8} {r.calls:>5}{cuda}")
     if cuda_lists:
         lines.append(f"(CUDA lists from {cuda_autocast_lists()[1]})")
     return "\n".join(lines)

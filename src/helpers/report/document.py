@@ -50,9 +50,16 @@ RECORDED = {  # name -> file in helpers/data (see capstone_recorded_README.md)
 }
 
 
+#: Headers that are also words with another sense ("step" an axis, "faster" a verdict): another
+#: language names these columns by what they hold, through these catalogue keys.
+_HEADER_KEYS = {"step": "step (column: the configuration)", "faster": "faster (column: the verdict)"}
+
+
 def column_names() -> list[str]:
     """The table's header (:data:`COLUMNS`) in the current language."""
-    return [text(column) for column in COLUMNS]
+    if i18n.language() == "en":
+        return list(COLUMNS)
+    return [text(_HEADER_KEYS.get(column, column)) for column in COLUMNS]
 
 
 def _pct(x: float | None) -> str:
@@ -88,14 +95,14 @@ def table_row(row: dict[str, Any]) -> list[str]:
         f"{row['step_time_ms']:.2f} [{row['step_time_min_ms']:.2f}–{row['step_time_max_ms']:.2f}]",
         f"{row['samples_per_s']:,.1f}",
         _with_range(row["tokens_per_s"], row, "{:,.0f}"),
-        f"{row['memory_mb']:.2f} ({mem_kind})",
+        text(f"{row['memory_mb']:.2f} ({mem_kind})"),
         f"{row['loss']:.4f}",
         _with_range(row["mfu"], row, "{:.1%}"),
         _pct(row["hfu"]),
         "—" if delta is None or row.get("decision") == "baseline" else f"{delta:+.2f} ms",
         "—" if row.get("decision") == "baseline" else speed_cell(row),
         row["bottleneck"],
-        row.get("decision", ""),
+        text(row.get("decision", "")),  # keep / revert / baseline: words the reader reads
         _notes(row),
     ]
 
@@ -120,8 +127,10 @@ def speed_cell(row: dict[str, Any]) -> str:
     if speed:
         shown = f"{speed['speedup']:.2f}x, {speed['low']:.2f}–{speed['high']:.2f}"
         if speed.get("pairs") is not None and speed["pairs"] < min_pairs_for(0.95):
-            return f"too few pairs to tell ({speed['pairs']}; range {speed['low']:.2f}–{speed['high']:.2f})"
-        return f"{speed['verdict']} ({shown})"
+            return text(
+                f"too few pairs to tell ({speed['pairs']}; range {speed['low']:.2f}–{speed['high']:.2f})"
+            )
+        return f"{text(speed['verdict'])} ({shown})"
     if row.get("decision") in (None, "baseline"):
         return "—"
     return (
@@ -155,7 +164,7 @@ def format_row(row: dict[str, Any]) -> str:
             f"  vs {row.get('tried_on', 'previous')}: {vs['step_time_delta_ms']:+.2f} ms (medians); "
             f"interleaved: {verdict}"
             f"; loss curve gap {row['loss_gap']:.4f} nats (tolerance {row['loss_tolerance']:.4f})"
-            f" -> {row['decision'].upper()} ({row.get('reason', '')})"
+            f" -> {row['decision'].upper()} ({text(row.get('reason', ''))})"
         )
         if row.get("speed"):
             lines.append(f"  {row['speed']['sentence']}")
