@@ -902,6 +902,11 @@ NOT_ON_CPU = {
     "distributed._launch._rank_main": _NCCL,
     "distributed._launch.run_ranks": _NCCL,
     "distributed._torchrun.run_as_torchrun_rank": _NCCL,
+    # torch.compile's CUDA paths compile real CUDA kernels (Inductor, Triton) and capture CUDA
+    # graphs: a fake GPU cannot stand in; scripts/gpu_check.sh runs chapter 7 on a lent GPU
+    "compiling._caching._one_start": "compiles CUDA kernels in a fresh process (Inductor + Triton)",
+    "compiling._caching.cache_starts": "compiles CUDA kernels in fresh processes (Inductor + Triton)",
+    "compiling._cudagraphs.cudagraph_pitfalls": "captures and replays real CUDA graphs",
 }
 
 

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from .._validate import count
+from .._validate import flag as _flag
 from ..bench import SpeedComparison, compare_speed
 from ..i18n import tr
 
@@ -267,6 +268,7 @@ def cache_starts(
     and the report gives its share of a cold start. ``max_seconds`` bounds each comparison.
     Inductor needs a C++ compiler on a CPU (see :func:`pick_backend`); without one the first
     start raises what Inductor raised."""
+    _flag(backward=backward, trust_vec_isa=trust_vec_isa)
     (pairs,) = count(3, pairs=pairs)
     (mega_pairs,) = count(0, mega_pairs=mega_pairs)
     (size,) = count(size=size)

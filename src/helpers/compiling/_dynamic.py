@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .._validate import flag as _flag
 from .._validate import unknown
 from ._graphs import _dynamo_defaults, quiet
 
@@ -108,6 +109,7 @@ def length_recompiles(
     2.13). ``first_only``: mark only the first input, as code that marks one example batch does;
     later inputs then meet the compiled graph's guards, bounds included. Uses a counting backend
     (no code generated) and resets dynamo before and after."""
+    _flag(first_only=first_only)
     if mark not in MARKS:
         raise unknown("mark", mark, MARKS)
     if (min is not None or max is not None) and mark != "mark_dynamic":

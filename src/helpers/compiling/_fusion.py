@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .._validate import flag as _flag
 from .._validate import positive
 
 #: One op of a chain: ``(output name, [input names])``.
@@ -158,6 +159,7 @@ class GeneratedCode:
         return sum(len(g) for g in self.graphs)
 
     def format(self, show_source: bool = True, max_lines: int = 14) -> str:
+        _flag(show_source=show_source)
         lines = [
             f"eager: {self.eager_ops} ATen op(s); Inductor ({self.device}): "
             f"{self.kernels} generated kernel(s) in {len(self.graphs)} graph(s)"
