@@ -287,25 +287,22 @@ def cache_starts(
         number=1,
         max_seconds=max_seconds,
     )
-    try:
-        warm = compare_speed(
+
+    def cold_against(arm: str, n: int) -> Any:
+        return compare_speed(
             lambda: starter("cold"),
-            lambda: starter("warm"),
-            names=(_arm_name("cold"), _arm_name("warm")),
-            min_pairs=pairs,
-            max_pairs=pairs,
+            lambda: starter(arm),
+            names=(_arm_name("cold"), _arm_name(arm)),
+            min_pairs=n,
+            max_pairs=n,
             **common,
         )
+
+    try:
+        warm = cold_against("warm", pairs)
         mega = None
         if mega_pairs:
-            mega = compare_speed(
-                lambda: starter("cold"),
-                lambda: starter("mega-cache"),
-                names=(_arm_name("cold"), _arm_name("mega-cache")),
-                min_pairs=mega_pairs,
-                max_pairs=mega_pairs,
-                **common,
-            )
+            mega = cold_against("mega-cache", mega_pairs)
         else:
             starter("mega-cache")
         size_bytes = os.path.getsize(starter.artifacts) if os.path.exists(starter.artifacts) else 0

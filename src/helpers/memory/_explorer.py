@@ -95,7 +95,7 @@ def _step_temporaries(impl: str, optimizer_state: int, shape: ModelShape) -> int
     return 2 * 4 * shape.vocab * shape.hidden  # single-tensor, and fused as measured on a CPU
 
 
-def estimate(
+def _moments(
     shape: ModelShape,
     batch: int,
     seq_len: int,
@@ -106,54 +106,15 @@ def estimate(
     dp: int = 1,
     recompute: str = "none",
     fused_attention: bool = True,
-    overhead_bytes: float = 0,
     optimizer_impl: str = "foreach",
     grad_accum: int = 1,
-    _moment: str = "peak",
-) -> dict[str, Any]:
-    """The **peak** memory of one training step per rank, by part, and when it comes.
-
-    Two moments compete (chapter 5, section 3, measures both with ``MemTracker``):
-
-    * **the start of the backward pass** (``moment="backward starts"``): the model state
-      without gradients (none exist yet), every saved activation, the loss's fp32 log-softmax
-      (``"logits"``, 4·s·b·vocab bytes) and the two fp32 gradients the loss's backward makes
-      (``"temporaries"``, 2 × 4·s·b·vocab); under ``recompute="full"``, the larger of those and
-      one block's activations while it is recomputed;
-    * **the optimizer step** (``moment="optimizer step"``): the whole ledger, gradients
-      included, and the temporaries of the AdamW implementation (``optimizer_impl``):
-      ``"foreach"``, torch's default on a GPU, updates every parameter at once and holds one more
-      fp32 copy of the parameters this rank updates (:data:`OPTIMIZER_IMPLS`); ``"single-tensor"``,
-      the default on a CPU, one parameter at a time: two fp32 tensors the size of the largest
-      parameter (the token embedding, vocab × hidden); ``"fused"``: as much as single-tensor, as
-      ``MemTracker`` measures it on a CPU (not measured on a GPU here). Each is checked against
-      ``MemTracker`` with that implementation (``tests/test_memory.py``).
-
-    ``grad_accum``: micro-steps per optimizer step (gradient accumulation). From the second
-    micro-step on, the gradients of the earlier micro-steps are alive when the backward pass
-    starts, so that moment holds them too (``"gradients"``). They are fp32, 4 bytes per
-    parameter, in mixed precision as well: autocast's parameters are fp32, and stacks with
-    16-bit weights accumulate into an fp32 buffer (Megatron-LM's ``main_grad``); ZeRO stage 2
-    and 3 keep only this rank's shard. Backward also makes each new gradient before it adds it
-    in: the token embedding's, 4·vocab·hidden bytes, can be the larger temporary.
-
-    Activations (``"activations"``): layers × Korthikanti et al.'s per-layer formula without
-    dropout (16-bit elements with ``mixed_precision``, fp32 without), with the residual stream
-    kept in fp32 as ``torch.autocast`` keeps it (the two LayerNorm inputs: 4·s·b·h more per
-    layer), LayerNorm statistics, and outside the layers the final LayerNorm's and the output
-    layer's inputs and the token ids. Mixed precision's ledger (2-byte weights, fp32 master
-    copy) has the same bytes as autocast's fp32 weights plus the 16-bit copies it keeps; under
-    ``recompute="full"`` the blocks' copies are recomputed, not kept.
-    ``overhead_bytes``: what PyTorch does not count (CUDA context, communication buffers,
-    allocator fragmentation), added as ``"overhead"``; 0 by default, since it depends on the
-    setup. Tested against :func:`helpers.memory.track` on several models, sizes and precisions.
-    """
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The parts of :func:`estimate`'s two moments: when backward starts, and in the optimizer
+    step (same arguments, without the overhead)."""
     _flag(mixed_precision=mixed_precision, fused_attention=fused_attention)
     batch, seq_len, grad_accum = _count(batch=batch, seq_len=seq_len, grad_accum=grad_accum)
     if optimizer_impl not in OPTIMIZER_IMPLS:
         raise unknown("optimizer_impl", optimizer_impl, OPTIMIZER_IMPLS)
-    if isinstance(overhead_bytes, bool) or not isinstance(overhead_bytes, (int, float)) or overhead_bytes < 0:
-        raise ValueError(f"overhead_bytes must be a number of bytes >= 0, got {overhead_bytes!r}")
     ledger = model_state_bytes(shape.n_params, optimizer, mixed_precision, zero_stage=zero_stage, dp=dp)
     state = {k: v for k, v in ledger.as_dict().items() if k != "total"}
     e = 2 if mixed_precision else 4
@@ -216,8 +177,78 @@ def estimate(
         "logits": 0,
         "temporaries": _step_temporaries(optimizer_impl, state["optimizer_state"], shape) if adam else 0,
     }
-    if _moment == "backward starts":
-        return dict(start)
+    return start, end
+
+
+def estimate(
+    shape: ModelShape,
+    batch: int,
+    seq_len: int,
+    *,
+    mixed_precision: bool = True,
+    optimizer: str = "adamw",
+    zero_stage: int = 0,
+    dp: int = 1,
+    recompute: str = "none",
+    fused_attention: bool = True,
+    overhead_bytes: float = 0,
+    optimizer_impl: str = "foreach",
+    grad_accum: int = 1,
+) -> dict[str, Any]:
+    """The **peak** memory of one training step per rank, by part, and when it comes.
+
+    Two moments compete (chapter 5, section 3, measures both with ``MemTracker``):
+
+    * **the start of the backward pass** (``moment="backward starts"``): the model state
+      without gradients (none exist yet), every saved activation, the loss's fp32 log-softmax
+      (``"logits"``, 4·s·b·vocab bytes) and the two fp32 gradients the loss's backward makes
+      (``"temporaries"``, 2 × 4·s·b·vocab); under ``recompute="full"``, the larger of those and
+      one block's activations while it is recomputed;
+    * **the optimizer step** (``moment="optimizer step"``): the whole ledger, gradients
+      included, and the temporaries of the AdamW implementation (``optimizer_impl``):
+      ``"foreach"``, torch's default on a GPU, updates every parameter at once and holds one more
+      fp32 copy of the parameters this rank updates (:data:`OPTIMIZER_IMPLS`); ``"single-tensor"``,
+      the default on a CPU, one parameter at a time: two fp32 tensors the size of the largest
+      parameter (the token embedding, vocab × hidden); ``"fused"``: as much as single-tensor, as
+      ``MemTracker`` measures it on a CPU (not measured on a GPU here). Each is checked against
+      ``MemTracker`` with that implementation (``tests/test_memory.py``).
+
+    ``grad_accum``: micro-steps per optimizer step (gradient accumulation). From the second
+    micro-step on, the gradients of the earlier micro-steps are alive when the backward pass
+    starts, so that moment holds them too (``"gradients"``). They are fp32, 4 bytes per
+    parameter, in mixed precision as well: autocast's parameters are fp32, and stacks with
+    16-bit weights accumulate into an fp32 buffer (Megatron-LM's ``main_grad``); ZeRO stage 2
+    and 3 keep only this rank's shard. Backward also makes each new gradient before it adds it
+    in: the token embedding's, 4·vocab·hidden bytes, can be the larger temporary.
+
+    Activations (``"activations"``): layers × Korthikanti et al.'s per-layer formula without
+    dropout (16-bit elements with ``mixed_precision``, fp32 without), with the residual stream
+    kept in fp32 as ``torch.autocast`` keeps it (the two LayerNorm inputs: 4·s·b·h more per
+    layer), LayerNorm statistics, and outside the layers the final LayerNorm's and the output
+    layer's inputs and the token ids. Mixed precision's ledger (2-byte weights, fp32 master
+    copy) has the same bytes as autocast's fp32 weights plus the 16-bit copies it keeps; under
+    ``recompute="full"`` the blocks' copies are recomputed, not kept.
+    ``overhead_bytes``: what PyTorch does not count (CUDA context, communication buffers,
+    allocator fragmentation), added as ``"overhead"``; 0 by default, since it depends on the
+    setup. Tested against :func:`helpers.memory.track` on several models, sizes and precisions.
+    """
+
+    _flag(mixed_precision=mixed_precision, fused_attention=fused_attention)
+    if isinstance(overhead_bytes, bool) or not isinstance(overhead_bytes, (int, float)) or overhead_bytes < 0:
+        raise ValueError(f"overhead_bytes must be a number of bytes >= 0, got {overhead_bytes!r}")
+    start, end = _moments(
+        shape,
+        batch,
+        seq_len,
+        mixed_precision=mixed_precision,
+        optimizer=optimizer,
+        zero_stage=zero_stage,
+        dp=dp,
+        recompute=recompute,
+        fused_attention=fused_attention,
+        optimizer_impl=optimizer_impl,
+        grad_accum=grad_accum,
+    )
     start_total, end_total = sum(start.values()), sum(end.values())
     out: dict[str, Any] = dict(start if start_total >= end_total else end)
     out["overhead"] = int(overhead_bytes)

@@ -250,7 +250,7 @@ def offload_cost(
     the update is delayed one step (the paper's delayed parameter update)."""
     from .. import mfu
     from ..hardware import HOST_MEMORY, get_device
-    from ._explorer import estimate, model_presets
+    from ._explorer import _moments, model_presets
 
     if isinstance(shape, str):
         presets = model_presets()
@@ -263,7 +263,7 @@ def offload_cost(
         raise unknown("host link", link, HOST_LINKS)
     (batch,) = _count(batch=batch)
     # what exists when backward starts: every saved tensor and the loss's fp32 log-softmax
-    parts = estimate(shape, batch, shape.seq_len, recompute=recompute, _moment="backward starts")
+    parts, _ = _moments(shape, batch, shape.seq_len, recompute=recompute)
     saved = parts["activations"] + parts["logits"]
     model_flops = (
         batch
