@@ -496,3 +496,12 @@ def test_calibrate_runs_at_the_loads_given_as_multiples_of_the_cores(monkeypatch
     out = capsys.readouterr().out
     assert "| 6 | 23 | 2 | 0% (0 of 3) | 0% | 10 / 10 | 2.1 s |" in out
     assert _calibrate.main(["calibrate", "--hog", "1", "--loads", "2"]) == 2
+
+
+def test_a_comparison_prints_medians_above_a_second_without_an_exponent():
+    slow = bench.Measurement(samples=[2.5512, 2.56, 2.549], first_call=3.0, device="cpu")
+    fast = bench.Measurement(samples=[0.000123, 0.000124, 0.000125], first_call=0.01, device="cpu")
+    shown = str(bench.SpeedComparison(1.0, 0.9, 1.1, "within noise", 10, slow, fast, 2, "cpu"))
+    assert "e+" not in shown and "e-" not in shown, shown
+    assert f"{statistics.median(slow.samples) * 1e3:.0f} ms" in shown  # 2551 ms, to the unit
+    assert "0.124 ms" in shown  # below 100 ms: three significant figures, as before

@@ -142,9 +142,22 @@ def test_nbval_lax_on_the_chinese_edition(chapter, executed_dir, tmp_path):
 
 
 def _label_words(line: str, kept: frozenset[str], source: str) -> list[str]:
-    """The English words of a shown line that the cell's own code does not type."""
-    typed = _names_in(source)
+    """The English words of a shown line that the cell's own code does not type, nor the
+    trace's own names (:data:`TRACE_NAMES`)."""
+    typed = _names_in(source) | TRACE_NAMES
     return [w for w in prose.english_words(line, kept) if w.lower() not in typed]
+
+
+def _trace_names() -> frozenset[str]:
+    """Names a trace carries, shown as data: the NVTX ranges the course's training loop opens
+    (``annotate("step")``, ...) and the one-word column key of the nsys tables a learner indexes
+    (``table["thread"]``). Both are identifiers, the same in every language."""
+    from helpers import nvtx
+
+    return frozenset(nvtx.STEP_RANGES) | {"thread"}
+
+
+TRACE_NAMES = _trace_names()
 
 
 def _names_in(source: str) -> frozenset[str]:

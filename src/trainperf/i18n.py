@@ -370,12 +370,18 @@ def load_glossary(root: Path, lang: str) -> list[dict[str, Any]]:
     return terms
 
 
+#: Fenced code blocks, then inline code spans (one line each).
+_CODE_SPAN = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
+
+
 def glossary_hits(terms: list[dict[str, Any]], lang: str, text: str) -> list[str]:
-    """Each rejected variant ``text`` uses, as "uses 'X' (the glossary says Y for Z)"."""
+    """Each rejected variant ``text`` uses, as "uses 'X' (the glossary says Y for Z)". Code
+    spans (```...```, ``` `...` ```) are blanked first: code stays as the learner types it."""
     found = []
+    prose = _CODE_SPAN.sub(lambda match: " " * len(match.group(0)), text)
     for term in terms:
         for pattern in term.get("reject", []):
-            for match in re.finditer(pattern, text):
+            for match in re.finditer(pattern, prose):
                 found.append(f"uses {match.group(0)!r} (the glossary says {term[lang]} for {term['en']})")
     return found
 

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from .._validate import count, positive
+from ..i18n import text, tr
 from ._timing import Measurement, _Timer, resolve_device
 
 VERDICTS = ("faster", "slower", "within noise")
@@ -81,25 +82,54 @@ class SpeedComparison:
         return self.high / self.low - 1
 
     def __str__(self) -> str:
-        base, tuned = self.names
+        # each part through tr() with named fields, in the notebook's language; the names a
+        # notebook gave (its own catalogue translates them) through text()
+        base, tuned = (text(name) for name in self.names)
         head = {
-            "faster": f"{tuned} is faster than {base}",
-            "slower": f"{tuned} is slower than {base}",
-            "within noise": f"no difference between {tuned} and {base} beyond the noise",
+            "faster": tr("{tuned} is faster than {base}", tuned=tuned, base=base),
+            "slower": tr("{tuned} is slower than {base}", tuned=tuned, base=base),
+            "within noise": tr(
+                "no difference between {tuned} and {base} beyond the noise", tuned=tuned, base=base
+            ),
         }[self.verdict]
-        span, pairs = "95 % interval", f"{self.pairs} interleaved pairs"
+        span, pairs = tr("95 % interval"), tr("{pairs} interleaved pairs", pairs=self.pairs)
         if self.pairs < min_pairs_for():  # no 95 % interval from so few: the range, no verdict
-            head = f"too few pairs to tell {tuned} from {base}"
-            span, pairs = "range", f"{pairs} (a 95 % interval needs {min_pairs_for()})"
+            head = tr("too few pairs to tell {tuned} from {base}", tuned=tuned, base=base)
+            span = tr("range")
+            pairs = tr("{pairs} (a 95 % interval needs {need})", pairs=pairs, need=min_pairs_for())
         elif self.verdict == "within noise" and (self.low > 1 or self.high < 1):
-            head = f"{tuned} and {base} differ by less than the {self.min_effect:.0%} threshold"
-        return (
-            f"{head}: speed-up {self.speedup:.2f}x ({span} {self.low:.2f}x to "
-            f"{self.high:.2f}x) from {pairs}; {base} "
-            f"{self.baseline.median * 1e3:.3g} ms, {tuned} {self.tuned.median * 1e3:.3g} ms per "
-            f"{self.unit} (medians), {self.threads} CPU thread{'s' * (self.threads != 1)} on "
-            f"{self.device}."
+            head = tr(
+                "{tuned} and {base} differ by less than the {threshold} threshold",
+                tuned=tuned,
+                base=base,
+                threshold=f"{self.min_effect:.0%}",
+            )
+        unit = {"call": tr("per call"), "step": tr("per step")}.get(self.unit) or f"per {text(self.unit)}"
+        one = self.threads == 1
+        threads = tr("{n} CPU thread", n=self.threads) if one else tr("{n} CPU threads", n=self.threads)
+        return tr(
+            "{head}: speed-up {speedup}x ({span} {low}x to {high}x) from {pairs}; {base} {base_ms} ms, "
+            "{tuned} {tuned_ms} ms {unit} (medians), {threads} on {device}.",
+            head=head,
+            speedup=f"{self.speedup:.2f}",
+            span=span,
+            low=f"{self.low:.2f}",
+            high=f"{self.high:.2f}",
+            pairs=pairs,
+            base=base,
+            base_ms=_ms(self.baseline.median),
+            tuned=tuned,
+            tuned_ms=_ms(self.tuned.median),
+            unit=unit,
+            threads=threads,
+            device=self.device,
         )
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds to three significant figures, never in exponent form ("2550", not "2.55e+03")."""
+    ms = seconds * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
 
 
 def min_pairs_for(confidence: float = 0.95) -> int:
