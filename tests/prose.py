@@ -86,6 +86,11 @@ NAMES = frozenset(
 )
 
 
+#: Python's values as repr() and str() print them (``None``, ``True``, ``inf``): code, the same in
+#: every language.
+LITERALS = frozenset({"none", "true", "false", "inf", "nan"})
+
+
 def english_words(line: str, kept: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """Every plain English word in a line a Chinese learner reads, even one alone: a label, a
     column header, a row name or a verdict is prose to that learner. Code spans, identifiers
@@ -96,6 +101,7 @@ def english_words(line: str, kept: set[str] | frozenset[str] = frozenset()) -> l
     words = []
     for token in _NOT_PROSE.sub(" ", line.replace("(s)", "s")).split():
         word = token.strip(",;:!?\"'()–—-·")
-        if _WORD.fullmatch(word) and word.lower() not in kept and word.lower() not in NAMES:
+        lower = word.lower()
+        if _WORD.fullmatch(word) and lower not in kept and lower not in NAMES and lower not in LITERALS:
             words.append(word)
     return words

@@ -553,6 +553,10 @@ def test_prose_detection_leaves_code_and_identifiers_alone():
     assert prose.english_prose("3 graph(s) were captured") == "graphs were captured"
     plan_line = "every：各 block ['full', 'none', 'full', 'none']，loss 相同：True"
     assert prose.english_prose(plan_line) is None
+    # a lone label or verdict counts; Python's printed values and the glossary's kept terms do not
+    assert prose.english_words("✓ pick_format(0.5, 2.0, 1e-09) = None") == []
+    assert prose.english_words("65520 -> fp16 inf  结论 faster") == ["faster"]
+    assert prose.english_words("每个 step 的 token 数", frozenset({"token"})) == ["step"]
     outputs = [
         {
             "output_type": "display_data",
