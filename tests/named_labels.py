@@ -23,7 +23,9 @@ SPANS = re.compile(r"`([^`\n]+)`|“([^”\n]+)”|\"([^\"\n]+)\"")
 #: Characters that make a span code or a sentence rather than a label.
 NOT_A_LABEL = re.compile(r"[()._=/\[\]{}<>#@$%*+\\|:;，。；：？！?!,、−≥≤×·±≈]")
 #: Command line tools the prose names as such: not labels of the output.
-TOOLS = frozenset({"nsys", "torchrun", "pip", "git", "python", "nbgrader", "trainperf", "jupyter", "srun"})
+TOOLS = frozenset(
+    {"nsys", "torchrun", "pip", "git", "python", "nbgrader", "trainperf", "jupyter", "srun", "nvidia-smi"}
+)
 MAX_CHARS = 24  # a longer span is a sentence, not a label
 
 
@@ -55,8 +57,8 @@ def named_spans(markdown: str, code_names: set[str]) -> list[str]:
             continue
         if len(span) < 2 or span.startswith("-") or re.match(r"""^["'].*["']$""", span):
             continue  # a letter of a formula, an option, a string value the learner types
-        if re.fullmatch(r"[A-Za-z]*[a-z0-9][A-Z]\w*", span):
-            continue  # an API's name: DistributedDataParallel, cudaStreamSynchronize
+        if re.fullmatch(r"[A-Za-z]*[a-z0-9][A-Z]\w*|[A-Z]+[A-Z][a-z]\w*", span):
+            continue  # an API's name: DistributedDataParallel, cudaStreamSynchronize, DTensor
         found.append(span)
     return found
 

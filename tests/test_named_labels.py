@@ -7,7 +7,8 @@ import named_labels
 MARKDOWN = {
     "intro": "看 `faster` 这一列和“在噪声范围内”的结论；`decision` 列写着 `keep`。",
     "code": "调用 `report_mfu(cfg)`，把 `rows` 传给 `helpers.report`，设 `QUICK = True`，或用 `nsys stats`。",
-    "values": 'answer "compute" or `"memory"`; the option `--trace`; `p − 1`; `DistributedDataParallel`.',
+    "values": 'answer "compute" or `"memory"`; the option `--trace`; `p − 1`; `DistributedDataParallel`, '
+    "`DTensor`; run `nvidia-smi`.",
     "fence": "```\n`inside a fence`\n```\n“最快”",
 }
 CODE = ["rows = report.rows()\nQUICK = True\n"]
