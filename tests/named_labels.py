@@ -23,7 +23,9 @@ SPANS = re.compile(r"`([^`\n]+)`|“([^”\n]+)”|\"([^\"\n]+)\"")
 #: Characters that make a span code or a sentence rather than a label.
 NOT_A_LABEL = re.compile(r"[()._=/\[\]{}<>#@$%*+\\|:;，。；：？！?!,、−≥≤×·±≈]")
 #: Command line tools the prose names as such: not labels of the output.
-TOOLS = frozenset({"nsys", "torchrun", "pip", "git", "python", "nbgrader", "trainperf", "jupyter", "srun"})
+TOOLS = frozenset(
+    {"nsys", "torchrun", "pip", "git", "python", "nbgrader", "trainperf", "jupyter", "srun", "tlparse"}
+)
 MAX_CHARS = 24  # a longer span is a sentence, not a label
 
 
