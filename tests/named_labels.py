@@ -24,7 +24,19 @@ SPANS = re.compile(r"`([^`\n]+)`|“([^”\n]+)”|\"([^\"\n]+)\"")
 NOT_A_LABEL = re.compile(r"[()._=/\[\]{}<>#@$%*+\\|:;，。；：？！?!,、−≥≤×·±≈]")
 #: Command line tools the prose names as such: not labels of the output.
 TOOLS = frozenset(
-    {"nsys", "torchrun", "pip", "git", "python", "nbgrader", "trainperf", "jupyter", "srun", "nvidia-smi"}
+    {
+        "nsys",
+        "torchrun",
+        "pip",
+        "git",
+        "python",
+        "nbgrader",
+        "trainperf",
+        "jupyter",
+        "srun",
+        "nvidia-smi",
+        "tlparse",
+    }
 )
 MAX_CHARS = 24  # a longer span is a sentence, not a label
 
