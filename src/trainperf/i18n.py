@@ -370,8 +370,8 @@ def load_glossary(root: Path, lang: str) -> list[dict[str, Any]]:
     return terms
 
 
-#: Fenced code blocks, then inline code spans (one line each).
-_CODE_SPAN = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
+#: Fenced code blocks, then inline code spans (which may wrap onto the next line).
+_CODE_SPAN = re.compile(r"```.*?```|`[^`]*`", re.DOTALL)
 
 
 def glossary_hits(terms: list[dict[str, Any]], lang: str, text: str) -> list[str]:
